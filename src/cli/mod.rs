@@ -1,0 +1,17 @@
+//! The `openib` command line: one module per subcommand, each returning the process exit code.
+
+pub mod ports;
+
+/// Exit codes shared by every subcommand (documented in README.md and docs/CLI.md).
+pub mod exit {
+    /// The command ran (for `ports`: even if no port is usable).
+    pub const OK: i32 = 0;
+    /// A runtime error other than the ones below (unreadable fixture, I/O error, ...).
+    pub const ERROR: i32 = 1;
+    /// Bad usage: unknown flag, bad value, include and exclude given together.
+    pub const USAGE: i32 = 2;
+    /// libibverbs could not be loaded.
+    pub const NO_VERBS: i32 = 3;
+    /// libibverbs loaded but there is no RDMA device.
+    pub const NO_DEVICE: i32 = 4;
+}

@@ -1,0 +1,54 @@
+//! `openib`: ports, modex, check and bench for the openib RDMA transport.
+#![forbid(unsafe_code)]
+
+use clap::{Parser, Subcommand};
+use openib::cli;
+
+#[derive(Parser)]
+#[command(
+    name = "openib",
+    version,
+    about = "RDMA (InfiniBand / RoCE) transport: port discovery, modex, connection checks, benchmarks"
+)]
+struct Cli {
+    /// More log output (-v: info, -vv: debug, -vvv: trace). OPENIB_LOG (e.g. "debug" or
+    /// "openib_ports=trace") overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// List every port of every RDMA device, with derived fields and why a port is not used.
+    Ports(cli::ports::PortsArgs),
+}
+
+fn main() {
+    let args = Cli::parse();
+    init_logging(args.verbose);
+    let code = match args.cmd {
+        Cmd::Ports(a) => cli::ports::run(&a),
+    };
+    std::process::exit(code);
+}
+
+fn init_logging(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let default = match verbose {
+        0 => "warn",
+        1 => "info",
+        2 => "debug",
+        _ => "trace",
+    };
+    let filter = std::env::var("OPENIB_LOG")
+        .ok()
+        .and_then(|s| EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .init();
+}

@@ -1,0 +1,1 @@
+//! The packed modex (issue 3): being written.

@@ -1,0 +1,44 @@
+//! The only crate of openib with `unsafe` code: libibverbs and librdmacm, loaded at run time,
+//! behind RAII wrappers.
+//!
+//! Contracts:
+//! - Nothing links against libibverbs or librdmacm: [`verbs()`] `dlopen`s `libibverbs.so.1` on
+//!   first use and returns [`Error::LibraryNotFound`] (with a hint) when it is absent, so a
+//!   binary built on this crate starts, and explains, on any machine.
+//! - Every wrapper keeps its parent alive through an `Arc` (a QP holds its PD and CQs, a PD its
+//!   device context), so Drop always releases children before parents.
+//! - Wrappers are `Send + Sync`: libibverbs makes its verbs thread-safe (rdma-core documents
+//!   every verb as callable from several threads; posting to one QP from several threads is
+//!   serialised by the provider's own locks).
+//!
+//! One file per verbs object, as in libfabric's verbs provider.
+
+pub mod ffi;
+
+mod async_event;
+mod channel;
+mod context;
+mod cq;
+mod device;
+mod error;
+mod library;
+mod mr;
+pub mod netdev;
+mod pd;
+mod qp;
+mod srq;
+
+pub use async_event::{AsyncEvent, AsyncEventKind};
+pub use channel::CompletionChannel;
+pub use context::{Context, DeviceAttr, GidEntry, PortAttr};
+pub use cq::{CompletionQueue, WorkCompletion};
+pub use device::{devices, DeviceInfo, DeviceList};
+pub use error::{Error, Result};
+pub use library::{rdmacm, verbs, RDMACM_SONAME, VERBS_SONAME};
+pub use mr::{Access, MemoryRegion};
+pub use pd::ProtectionDomain;
+pub use qp::{
+    AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RecvRequest, SendOp,
+    SendRequest, Sge,
+};
+pub use srq::SharedReceiveQueue;

@@ -1,0 +1,137 @@
+//! Memory regions (`ibv_reg_mr`) that own their memory.
+
+use crate::error::{Error, Result};
+use crate::ffi::verbs as v;
+use crate::library::verbs;
+use crate::pd::ProtectionDomain;
+
+/// Access rights of a memory region (`IBV_ACCESS_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access(pub u32);
+
+impl Access {
+    pub const LOCAL_WRITE: Access = Access(v::IBV_ACCESS_LOCAL_WRITE);
+    pub const REMOTE_WRITE: Access = Access(v::IBV_ACCESS_REMOTE_WRITE);
+    pub const REMOTE_READ: Access = Access(v::IBV_ACCESS_REMOTE_READ);
+    pub const REMOTE_ATOMIC: Access = Access(v::IBV_ACCESS_REMOTE_ATOMIC);
+    /// Everything a BTL buffer needs: local write plus remote read, write and atomics.
+    pub const ALL: Access = Access(
+        v::IBV_ACCESS_LOCAL_WRITE
+            | v::IBV_ACCESS_REMOTE_WRITE
+            | v::IBV_ACCESS_REMOTE_READ
+            | v::IBV_ACCESS_REMOTE_ATOMIC,
+    );
+}
+
+impl std::ops::BitOr for Access {
+    type Output = Access;
+    fn bitor(self, o: Access) -> Access {
+        Access(self.0 | o.0)
+    }
+}
+
+/// A registered buffer owned by this value. The buffer is deregistered before it is freed, so
+/// the HCA never touches freed memory: a work request still referencing it completes in error.
+///
+/// The HCA may write the buffer while Rust code reads it (that is what RDMA is for); callers
+/// read it only after the completion (or the protocol message) that says the write is done.
+pub struct MemoryRegion {
+    raw: *mut v::ibv_mr,
+    buf: Box<[u64]>,
+    len: usize,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: the MR handle is thread-safe; the buffer is plain memory owned by this value.
+unsafe impl Send for MemoryRegion {}
+unsafe impl Sync for MemoryRegion {}
+
+impl MemoryRegion {
+    /// Allocates `len` zeroed bytes (8-byte aligned, as atomics need) and registers them.
+    pub fn alloc(pd: &ProtectionDomain, len: usize, access: Access) -> Result<MemoryRegion> {
+        if len == 0 {
+            return Err(Error::InvalidArgument {
+                verb: "ibv_reg_mr",
+                what: "a memory region needs at least one byte".into(),
+            });
+        }
+        let lib = verbs()?;
+        let mut buf = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        // SAFETY: `buf` is valid for `len` bytes and outlives the registration (see Drop).
+        let raw =
+            unsafe { lib.ibv_reg_mr(pd.raw(), buf.as_mut_ptr().cast(), len, access.0 as i32) };
+        if raw.is_null() {
+            return Err(Error::last_os(
+                "ibv_reg_mr",
+                format!("{len} bytes on {}", pd.context().name()),
+            ));
+        }
+        Ok(MemoryRegion {
+            raw,
+            buf,
+            len,
+            pd: pd.clone(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR.
+        unsafe { (*self.raw).lkey }
+    }
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR.
+        unsafe { (*self.raw).rkey }
+    }
+    /// The virtual address peers use in RDMA requests.
+    pub fn addr(&self) -> u64 {
+        self.buf.as_ptr() as u64
+    }
+    pub fn as_slice(&self) -> &[u8] {
+        // SAFETY: the buffer holds at least `len` initialised bytes.
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+    }
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and we hold the only Rust reference.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast(), self.len) }
+    }
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+    /// A scatter/gather entry for `offset..offset+len` of this region.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len && len <= u32::MAX as usize => Ok(crate::qp::Sge {
+                addr: self.addr() + offset as u64,
+                length: len as u32,
+                lkey: self.lkey(),
+            }),
+            _ => Err(Error::InvalidArgument {
+                verb: "sge",
+                what: format!(
+                    "range {offset}+{len} is outside the {}-byte region",
+                    self.len
+                ),
+            }),
+        }
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        if let Ok(lib) = verbs() {
+            // SAFETY: `raw` is live and deregistered once; the buffer is freed after this.
+            let rc = unsafe { lib.ibv_dereg_mr(self.raw) };
+            if rc != 0 {
+                // The HCA may still reference the pages: leak them rather than free them.
+                tracing::error!(rc, "ibv_dereg_mr failed; leaking the buffer");
+                std::mem::forget(std::mem::take(&mut self.buf));
+            }
+        }
+    }
+}

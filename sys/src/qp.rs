@@ -1,0 +1,401 @@
+//! Queue pairs (`ibv_create_qp`, `ibv_modify_qp`, `ibv_post_send`, `ibv_post_recv`).
+
+use crate::cq::CompletionQueue;
+use crate::error::{Error, Result};
+use crate::ffi::verbs as v;
+use crate::library::verbs;
+use crate::pd::ProtectionDomain;
+use crate::srq::SharedReceiveQueue;
+
+/// A scatter/gather entry. Only [`crate::MemoryRegion::sge`] makes one, so every entry lies
+/// inside memory some live region owns (inline sends are copied by the CPU from `addr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Sge {
+    pub(crate) addr: u64,
+    pub(crate) length: u32,
+    pub(crate) lkey: u32,
+}
+
+impl Sge {
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn len(&self) -> u32 {
+        self.length
+    }
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpType {
+    Rc,
+    Uc,
+    Ud,
+}
+
+impl QpType {
+    fn raw(self) -> u32 {
+        match self {
+            QpType::Rc => v::IBV_QPT_RC,
+            QpType::Uc => v::IBV_QPT_UC,
+            QpType::Ud => v::IBV_QPT_UD,
+        }
+    }
+}
+
+/// Queue sizes requested at creation (the provider may round up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpCaps {
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_send_sge: u32,
+    pub max_recv_sge: u32,
+    pub max_inline_data: u32,
+}
+
+impl Default for QpCaps {
+    fn default() -> Self {
+        QpCaps {
+            max_send_wr: 128,
+            max_recv_wr: 128,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        }
+    }
+}
+
+/// Creation attributes of a queue pair.
+pub struct QpInitAttrs<'a> {
+    pub qp_type: QpType,
+    pub send_cq: &'a CompletionQueue,
+    pub recv_cq: &'a CompletionQueue,
+    pub srq: Option<&'a SharedReceiveQueue>,
+    pub caps: QpCaps,
+    /// Signal a completion for every send (else only for requests asking for one).
+    pub sq_sig_all: bool,
+}
+
+/// QP states (`enum ibv_qp_state`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QpState {
+    Reset,
+    Init,
+    Rtr,
+    Rts,
+    Sqd,
+    Sqe,
+    Err,
+    Other(u32),
+}
+
+impl QpState {
+    pub fn from_raw(v: u32) -> QpState {
+        match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Err,
+            n => QpState::Other(n),
+        }
+    }
+}
+
+/// The operation of a send-queue request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SendOp {
+    Send,
+    SendWithImm {
+        imm: u32,
+    },
+    RdmaWrite {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    RdmaWriteWithImm {
+        remote_addr: u64,
+        rkey: u32,
+        imm: u32,
+    },
+    RdmaRead {
+        remote_addr: u64,
+        rkey: u32,
+    },
+    /// 64-bit fetch-and-add; the old value lands in the (8-byte) local SGE.
+    FetchAdd {
+        remote_addr: u64,
+        rkey: u32,
+        add: u64,
+    },
+    /// 64-bit compare-and-swap; the old value lands in the (8-byte) local SGE.
+    CompareSwap {
+        remote_addr: u64,
+        rkey: u32,
+        compare: u64,
+        swap: u64,
+    },
+}
+
+/// A send-queue work request.
+#[derive(Debug, Clone)]
+pub struct SendRequest {
+    pub wr_id: u64,
+    pub op: SendOp,
+    pub sges: Vec<Sge>,
+    pub signaled: bool,
+    /// Copy the payload into the WQE (only for payloads up to the QP's `max_inline_data`).
+    pub inline: bool,
+}
+
+/// A receive-queue work request.
+#[derive(Debug, Clone)]
+pub struct RecvRequest {
+    pub wr_id: u64,
+    pub sges: Vec<Sge>,
+}
+
+/// A queue pair. Holds its PD, CQs and SRQ alive.
+pub struct QueuePair {
+    raw: *mut v::ibv_qp,
+    _pd: ProtectionDomain,
+    _send_cq: CompletionQueue,
+    _recv_cq: CompletionQueue,
+    _srq: Option<SharedReceiveQueue>,
+    caps: QpCaps,
+}
+
+// SAFETY: QPs are thread-safe verbs objects; providers lock their queues.
+unsafe impl Send for QueuePair {}
+unsafe impl Sync for QueuePair {}
+
+impl Drop for QueuePair {
+    fn drop(&mut self) {
+        if let Ok(lib) = verbs() {
+            // SAFETY: live QP, destroyed once, before the PD/CQs we hold.
+            let rc = unsafe { lib.ibv_destroy_qp(self.raw) };
+            if rc != 0 {
+                tracing::warn!(rc, "ibv_destroy_qp failed");
+            }
+        }
+    }
+}
+
+/// `ibv_qp_attr`, plain data (no pointers): fill what the transition needs and name it in the mask.
+pub type QpAttr = v::ibv_qp_attr;
+pub use v::ibv_ah_attr as AhAttr;
+
+impl QueuePair {
+    pub fn new(pd: &ProtectionDomain, attrs: &QpInitAttrs<'_>) -> Result<QueuePair> {
+        let lib = verbs()?;
+        let mut init = v::ibv_qp_init_attr {
+            send_cq: attrs.send_cq.raw(),
+            recv_cq: attrs.recv_cq.raw(),
+            srq: attrs.srq.map(|s| s.raw()).unwrap_or(std::ptr::null_mut()),
+            cap: v::ibv_qp_cap {
+                max_send_wr: attrs.caps.max_send_wr,
+                max_recv_wr: attrs.caps.max_recv_wr,
+                max_send_sge: attrs.caps.max_send_sge,
+                max_recv_sge: attrs.caps.max_recv_sge,
+                max_inline_data: attrs.caps.max_inline_data,
+            },
+            qp_type: attrs.qp_type.raw(),
+            sq_sig_all: attrs.sq_sig_all as i32,
+            ..Default::default()
+        };
+        // SAFETY: every pointer in `init` is live (held by the QueuePair we return).
+        let raw = unsafe { lib.ibv_create_qp(pd.raw(), &mut init) };
+        if raw.is_null() {
+            return Err(Error::last_os(
+                "ibv_create_qp",
+                format!("{:?} on {}", attrs.qp_type, pd.context().name()),
+            ));
+        }
+        let c = init.cap;
+        Ok(QueuePair {
+            raw,
+            _pd: pd.clone(),
+            _send_cq: attrs.send_cq.clone(),
+            _recv_cq: attrs.recv_cq.clone(),
+            _srq: attrs.srq.cloned(),
+            caps: QpCaps {
+                max_send_wr: c.max_send_wr,
+                max_recv_wr: c.max_recv_wr,
+                max_send_sge: c.max_send_sge,
+                max_recv_sge: c.max_recv_sge,
+                max_inline_data: c.max_inline_data,
+            },
+        })
+    }
+
+    /// The QP number peers address.
+    pub fn qp_num(&self) -> u32 {
+        // SAFETY: live QP.
+        unsafe { (*self.raw).qp_num }
+    }
+
+    /// The capacities the provider granted.
+    pub fn caps(&self) -> QpCaps {
+        self.caps
+    }
+
+    /// The current state (as last cached by libibverbs).
+    pub fn state(&self) -> QpState {
+        // SAFETY: live QP.
+        QpState::from_raw(unsafe { (*self.raw).state })
+    }
+
+    /// `ibv_modify_qp` with the attributes named by `mask` (`IBV_QP_*`).
+    pub fn modify(&self, attr: &QpAttr, mask: u32) -> Result<()> {
+        let lib = verbs()?;
+        let mut a = *attr;
+        // SAFETY: `a` is plain data; the provider validates the transition.
+        let rc = unsafe { lib.ibv_modify_qp(self.raw, &mut a, mask as i32) };
+        if rc != 0 {
+            return Err(Error::from_rc(
+                "ibv_modify_qp",
+                rc,
+                format!(
+                    "to state {:?}, mask {mask:#x}",
+                    QpState::from_raw(attr.qp_state)
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Posts one send-queue request (the body of the inline `ibv_post_send`).
+    pub fn post_send(&self, req: &SendRequest) -> Result<()> {
+        let mut sges: Vec<v::ibv_sge> = req
+            .sges
+            .iter()
+            .map(|s| v::ibv_sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        let mut wr = v::ibv_send_wr {
+            wr_id: req.wr_id,
+            sg_list: sges.as_mut_ptr(),
+            num_sge: sges.len() as i32,
+            send_flags: (if req.signaled {
+                v::IBV_SEND_SIGNALED
+            } else {
+                0
+            }) | (if req.inline { v::IBV_SEND_INLINE } else { 0 }),
+            ..Default::default()
+        };
+        match req.op {
+            SendOp::Send => wr.opcode = v::IBV_WR_SEND,
+            SendOp::SendWithImm { imm } => {
+                wr.opcode = v::IBV_WR_SEND_WITH_IMM;
+                wr.__bindgen_anon_1.imm_data = imm.to_be();
+            }
+            SendOp::RdmaWrite { remote_addr, rkey } => {
+                wr.opcode = v::IBV_WR_RDMA_WRITE;
+                wr.wr.rdma = v::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            }
+            SendOp::RdmaWriteWithImm {
+                remote_addr,
+                rkey,
+                imm,
+            } => {
+                wr.opcode = v::IBV_WR_RDMA_WRITE_WITH_IMM;
+                wr.wr.rdma = v::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+                wr.__bindgen_anon_1.imm_data = imm.to_be();
+            }
+            SendOp::RdmaRead { remote_addr, rkey } => {
+                wr.opcode = v::IBV_WR_RDMA_READ;
+                wr.wr.rdma = v::ibv_send_wr__bindgen_ty_2__bindgen_ty_1 { remote_addr, rkey };
+            }
+            SendOp::FetchAdd {
+                remote_addr,
+                rkey,
+                add,
+            } => {
+                wr.opcode = v::IBV_WR_ATOMIC_FETCH_AND_ADD;
+                wr.wr.atomic = v::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr,
+                    compare_add: add,
+                    swap: 0,
+                    rkey,
+                };
+            }
+            SendOp::CompareSwap {
+                remote_addr,
+                rkey,
+                compare,
+                swap,
+            } => {
+                wr.opcode = v::IBV_WR_ATOMIC_CMP_AND_SWP;
+                wr.wr.atomic = v::ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
+                    remote_addr,
+                    compare_add: compare,
+                    swap,
+                    rkey,
+                };
+            }
+        }
+        let mut bad: *mut v::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: `wr` and `sges` live across the call; every SGE lies inside a live MR (see
+        // `Sge`); the provider copies the request before returning.
+        let rc = unsafe {
+            let ctx = (*self.raw).context;
+            let f = (*ctx).ops.post_send.ok_or(Error::InvalidArgument {
+                verb: "ibv_post_send",
+                what: "provider has no post_send".into(),
+            })?;
+            f(self.raw, &mut wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(Error::from_rc(
+                "ibv_post_send",
+                rc,
+                format!("qp {}", self.qp_num()),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Posts one receive request (the body of the inline `ibv_post_recv`).
+    pub fn post_recv(&self, req: &RecvRequest) -> Result<()> {
+        let mut sges: Vec<v::ibv_sge> = req
+            .sges
+            .iter()
+            .map(|s| v::ibv_sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        let mut wr = v::ibv_recv_wr {
+            wr_id: req.wr_id,
+            next: std::ptr::null_mut(),
+            sg_list: sges.as_mut_ptr(),
+            num_sge: sges.len() as i32,
+        };
+        let mut bad: *mut v::ibv_recv_wr = std::ptr::null_mut();
+        // SAFETY: as for post_send.
+        let rc = unsafe {
+            let ctx = (*self.raw).context;
+            let f = (*ctx).ops.post_recv.ok_or(Error::InvalidArgument {
+                verb: "ibv_post_recv",
+                what: "provider has no post_recv".into(),
+            })?;
+            f(self.raw, &mut wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(Error::from_rc(
+                "ibv_post_recv",
+                rc,
+                format!("qp {}", self.qp_num()),
+            ));
+        }
+        Ok(())
+    }
+}

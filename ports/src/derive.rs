@@ -105,7 +105,7 @@ pub fn derive(topo: &Topology, cfg: &DeriveConfig) -> Discovery {
     }
     let FilterOutcome { unmatched } = cfg.filter.apply(&mut ports);
     for u in &unmatched {
-        tracing::warn!(filter = %u, "port filter entry matches no device or port");
+        tracing::info!(filter = %u, "port filter entry matches no device or port");
     }
     for p in &ports {
         match &p.reason {
@@ -230,8 +230,9 @@ fn subnet_id(
     }
 }
 
-/// The address a RoCE port's subnet derives from: the one the GID maps (RoCE v2 IPv4-mapped or
-/// a global IPv6 GID), else the first IPv4 address, else the first non-link-local IPv6 address.
+/// The address a RoCE port's subnet derives from. Link-local IPv6 addresses never count (every
+/// host has fe80::/64). In order: the address the GID maps (RoCE v2 IPv4-mapped, or a global
+/// IPv6 GID), else the first IPv4 address, else the first global IPv6 address.
 fn pick_address(addrs: &[IpNet], gid: &Gid) -> Option<IpNet> {
     let gid_ip: IpAddr = match gid.ipv4_mapped() {
         Some(v4) => IpAddr::V4(v4),
@@ -239,15 +240,11 @@ fn pick_address(addrs: &[IpNet], gid: &Gid) -> Option<IpNet> {
     };
     let is_link_local6 =
         |a: &IpNet| matches!(a.addr, IpAddr::V6(v6) if (v6.segments()[0] & 0xffc0) == 0xfe80);
-    addrs
-        .iter()
+    let candidates = || addrs.iter().filter(|a| !is_link_local6(a));
+    candidates()
         .find(|a| a.addr == gid_ip)
-        .or_else(|| addrs.iter().find(|a| a.addr.is_ipv4()))
-        .or_else(|| {
-            addrs
-                .iter()
-                .find(|a| a.addr.is_ipv6() && !is_link_local6(a))
-        })
+        .or_else(|| candidates().find(|a| a.addr.is_ipv4()))
+        .or_else(|| candidates().find(|a| a.addr.is_ipv6()))
         .copied()
 }
 
@@ -316,7 +313,7 @@ fn default_prefix_warning(ports: &[Port]) -> Option<String> {
          prefix in its subnet manager (OpenSM: subnet_prefix), or use --include/--exclude.",
         names.join(", ")
     );
-    tracing::warn!("{msg}");
+    tracing::info!("{msg}");
     Some(msg)
 }
 

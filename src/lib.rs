@@ -10,3 +10,4 @@ pub use openib_ports as ports;
 
 pub mod cli;
 pub mod modex;
+pub mod selftest;

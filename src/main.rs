@@ -23,6 +23,8 @@ struct Cli {
 enum Cmd {
     /// List every port of every RDMA device, with derived fields and why a port is not used.
     Ports(cli::ports::PortsArgs),
+    /// Loopback test of one port: two RC queue pairs exchange a send, RDMA write/read and atomics.
+    Selftest(cli::selftest::SelftestArgs),
 }
 
 fn main() {
@@ -30,6 +32,7 @@ fn main() {
     init_logging(args.verbose);
     let code = match args.cmd {
         Cmd::Ports(a) => cli::ports::run(&a),
+        Cmd::Selftest(a) => cli::selftest::run(&a),
     };
     std::process::exit(code);
 }

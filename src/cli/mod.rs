@@ -1,6 +1,7 @@
 //! The `openib` command line: one module per subcommand, each returning the process exit code.
 
 pub mod ports;
+pub mod selftest;
 
 /// Exit codes shared by every subcommand (documented in README.md and docs/CLI.md).
 pub mod exit {

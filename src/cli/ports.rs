@@ -33,6 +33,10 @@ pub struct PortsArgs {
     /// Print JSON (schema in docs/CLI.md) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Print the raw topology in the fixture format (docs/FIXTURES.md) instead: a fixture of
+    /// this machine.
+    #[arg(long, conflicts_with = "json")]
+    pub dump_topology: bool,
 }
 
 /// Why ports could not be listed, with the exit code it maps to.
@@ -70,6 +74,8 @@ impl LoadError {
 /// The derived ports and where they came from.
 pub struct Loaded {
     pub discovery: Discovery,
+    /// The raw topology the ports were derived from.
+    pub topology: Topology,
     /// `"hardware"` or `"fixture:PATH"`.
     pub source: String,
     /// Devices or ports that could not be read.
@@ -108,9 +114,11 @@ impl PortSource {
                 }
             },
         };
+        let discovery = derive(&topo, &cfg);
         Ok(Loaded {
             device_count: topo.devices.len(),
-            discovery: derive(&topo, &cfg),
+            discovery,
+            topology: topo,
             source,
             problems,
         })
@@ -132,7 +140,9 @@ pub fn run(args: &PortsArgs) -> i32 {
             exit::NO_DEVICE
         }
         Ok(loaded) => {
-            if args.json {
+            if args.dump_topology {
+                println!("{}", serde_json::to_string_pretty(&loaded.topology).expect("topologies serialise"));
+            } else if args.json {
                 print_json(&to_json(&loaded));
             } else {
                 print!("{}", table(&loaded));

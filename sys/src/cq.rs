@@ -95,7 +95,8 @@ impl CompletionQueue {
         })
     }
 
-    /// Polls up to `out.len()` completions into `out`; returns how many were written.
+    /// Polls up to `max` (at most 32 per call) completions, appending them to `out`; returns
+    /// how many were appended.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         const BATCH: usize = 32;
         let mut wcs: [v::ibv_wc; BATCH] = [v::ibv_wc::default(); BATCH];

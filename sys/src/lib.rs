@@ -38,7 +38,7 @@ pub use library::{rdmacm, verbs, RDMACM_SONAME, VERBS_SONAME};
 pub use mr::{Access, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RecvRequest, SendOp,
+    AhAttr, QpAttr, QpCaps, RcParams, RemoteAddress, QpInitAttrs, QpState, QpType, QueuePair, RecvRequest, SendOp,
     SendRequest, Sge,
 };
 pub use srq::SharedReceiveQueue;

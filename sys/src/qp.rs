@@ -399,3 +399,118 @@ impl QueuePair {
         Ok(())
     }
 }
+
+/// Where an RC queue pair's remote end is: what a CPC exchanges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RemoteAddress {
+    pub qp_num: u32,
+    /// The first packet sequence number the remote sends (our receive PSN).
+    pub psn: u32,
+    /// The remote port's LID (InfiniBand; 0 on RoCE).
+    pub lid: u16,
+    /// The remote GID; `Some` routes with a GRH (always on RoCE, across IB subnets).
+    pub gid: Option<[u8; 16]>,
+}
+
+/// Parameters of the RTR and RTS transitions of an RC queue pair.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RcParams {
+    pub port: u8,
+    /// Our GID index (the source GID of the GRH).
+    pub sgid_index: u8,
+    /// Path MTU as the verbs enum (the smaller of the two ports' active MTUs).
+    pub path_mtu: u32,
+    /// Our send PSN.
+    pub sq_psn: u32,
+    pub service_level: u8,
+    /// Local ACK timeout exponent (4.096 us * 2^timeout); 14 is about 67 ms.
+    pub timeout: u8,
+    /// Transport retries before a completion error (at most 7).
+    pub retry_cnt: u8,
+    /// Receiver-not-ready retries (7 = forever).
+    pub rnr_retry: u8,
+    /// Outstanding RDMA reads/atomics we issue and accept.
+    pub max_rd_atomic: u8,
+    /// Minimum RNR NAK timer code (12 is about 0.64 ms).
+    pub min_rnr_timer: u8,
+}
+
+impl Default for RcParams {
+    fn default() -> Self {
+        RcParams {
+            port: 1,
+            sgid_index: 0,
+            path_mtu: v::IBV_MTU_1024,
+            sq_psn: 0,
+            service_level: 0,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 4,
+            min_rnr_timer: 12,
+        }
+    }
+}
+
+impl QueuePair {
+    /// RESET -> INIT on `port`, allowing the remote the given access.
+    pub fn to_init(&self, port: u8, pkey_index: u16, access: crate::Access) -> Result<()> {
+        let attr = QpAttr {
+            qp_state: v::IBV_QPS_INIT,
+            pkey_index,
+            port_num: port,
+            qp_access_flags: access.0,
+            ..Default::default()
+        };
+        self.modify(&attr, v::IBV_QP_STATE | v::IBV_QP_PKEY_INDEX | v::IBV_QP_PORT | v::IBV_QP_ACCESS_FLAGS)
+    }
+
+    /// INIT -> RTR toward `remote`, then RTR -> RTS: an RC queue pair ready to send.
+    pub fn connect_rc(&self, remote: &RemoteAddress, p: &RcParams) -> Result<()> {
+        let mut ah = v::ibv_ah_attr { dlid: remote.lid, sl: p.service_level, port_num: p.port, ..Default::default() };
+        if let Some(gid) = remote.gid {
+            ah.is_global = 1;
+            ah.grh.dgid = v::ibv_gid { raw: gid };
+            ah.grh.sgid_index = p.sgid_index;
+            ah.grh.hop_limit = 64;
+        }
+        let rtr = QpAttr {
+            qp_state: v::IBV_QPS_RTR,
+            path_mtu: p.path_mtu,
+            dest_qp_num: remote.qp_num,
+            rq_psn: remote.psn,
+            max_dest_rd_atomic: p.max_rd_atomic,
+            min_rnr_timer: p.min_rnr_timer,
+            ah_attr: ah,
+            ..Default::default()
+        };
+        self.modify(
+            &rtr,
+            v::IBV_QP_STATE
+                | v::IBV_QP_AV
+                | v::IBV_QP_PATH_MTU
+                | v::IBV_QP_DEST_QPN
+                | v::IBV_QP_RQ_PSN
+                | v::IBV_QP_MAX_DEST_RD_ATOMIC
+                | v::IBV_QP_MIN_RNR_TIMER,
+        )?;
+        let rts = QpAttr {
+            qp_state: v::IBV_QPS_RTS,
+            timeout: p.timeout,
+            retry_cnt: p.retry_cnt,
+            rnr_retry: p.rnr_retry,
+            sq_psn: p.sq_psn,
+            max_rd_atomic: p.max_rd_atomic,
+            ..Default::default()
+        };
+        self.modify(
+            &rts,
+            v::IBV_QP_STATE | v::IBV_QP_TIMEOUT | v::IBV_QP_RETRY_CNT | v::IBV_QP_RNR_RETRY | v::IBV_QP_SQ_PSN | v::IBV_QP_MAX_QP_RD_ATOMIC,
+        )
+    }
+
+    /// Moves the QP to the error state (flushes outstanding requests with errors).
+    pub fn to_error(&self) -> Result<()> {
+        self.modify(&QpAttr { qp_state: v::IBV_QPS_ERR, ..Default::default() }, v::IBV_QP_STATE)
+    }
+}

@@ -1,0 +1,296 @@
+//! A loopback self-test of one port: two RC queue pairs on the same port, connected to each
+//! other, move a send, an RDMA write, an RDMA read and 64-bit atomics, and every result is
+//! checked byte for byte. It proves the verbs layer and the device, not the transport.
+
+use openib_sys::{
+    Access, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair, RcParams,
+    RecvRequest, RemoteAddress, SendOp, SendRequest, WorkCompletion,
+};
+use std::time::{Duration, Instant};
+
+/// What to test.
+#[derive(Debug, Clone)]
+pub struct SelftestConfig {
+    /// Device name; `None` takes the first device with an ACTIVE port.
+    pub device: Option<String>,
+    /// Port number; `None` takes the first ACTIVE port.
+    pub port: Option<u8>,
+    /// GID index for the GRH; `None` takes the first RoCE v2 IPv4-mapped GID on Ethernet, else 0.
+    pub gid_index: Option<u32>,
+    /// Ping-pong round trips for the latency figure.
+    pub iterations: u32,
+    /// How long one completion may take before the test fails.
+    pub timeout: Duration,
+}
+
+impl Default for SelftestConfig {
+    fn default() -> Self {
+        SelftestConfig { device: None, port: None, gid_index: None, iterations: 100, timeout: Duration::from_secs(10) }
+    }
+}
+
+/// One checked step.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Step {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// The outcome of a self-test.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SelftestReport {
+    pub device: String,
+    pub port: u8,
+    pub gid_index: u32,
+    pub path_mtu_bytes: u32,
+    pub steps: Vec<Step>,
+    /// Half round trip of an 8-byte send ping-pong between the two QPs.
+    pub latency_us: Option<f64>,
+}
+
+impl SelftestReport {
+    pub fn ok(&self) -> bool {
+        self.steps.iter().all(|s| s.ok)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SelftestError {
+    #[error(transparent)]
+    Verbs(#[from] openib_sys::Error),
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Runs the self-test. Setup failures (no device, QP creation refused) are errors; a step that
+/// runs but gives a wrong result is a failed [`Step`] in the report.
+pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
+    let (ctx, port) = pick_port(cfg)?;
+    let attr = ctx.query_port(port)?;
+    let ethernet = attr.link_layer == 2;
+    let gid_index = match cfg.gid_index {
+        Some(i) => i,
+        None => pick_gid(&ctx, port, attr.gid_tbl_len, ethernet)?,
+    };
+    let gid = ctx
+        .query_gid_ex(port, gid_index)?
+        .ok_or_else(|| SelftestError::Setup(format!("{} port {port} has no GID at index {gid_index}", ctx.name())))?;
+
+    let pd = ProtectionDomain::new(&ctx)?;
+    let cq = CompletionQueue::new(&ctx, 256, None)?;
+    let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
+    let mk_qp = || QueuePair::new(&pd, &QpInitAttrs { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, caps, sq_sig_all: false });
+    let (a, b) = (mk_qp()?, mk_qp()?);
+    for qp in [&a, &b] {
+        qp.to_init(port, 0, Access::ALL)?;
+    }
+    let params = RcParams { port, sgid_index: gid_index as u8, path_mtu: attr.active_mtu, ..Default::default() };
+    let addr = |qp: &QueuePair| RemoteAddress { qp_num: qp.qp_num(), psn: 0, lid: attr.lid, gid: Some(gid.gid) };
+    a.connect_rc(&addr(&b), &params)?;
+    b.connect_rc(&addr(&a), &params)?;
+
+    const LEN: usize = 4096;
+    let mut mr_a = MemoryRegion::alloc(&pd, LEN, Access::ALL)?;
+    let mut mr_b = MemoryRegion::alloc(&pd, LEN, Access::ALL)?;
+    let mut steps = Vec::new();
+    let mut poller = Poller { cq: &cq, timeout: cfg.timeout, pending: Vec::new() };
+
+    // 1. Send/receive.
+    let msg = b"openib selftest: send/recv over RC";
+    mr_a.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    b.post_recv(&RecvRequest { wr_id: 1, sges: vec![mr_b.sge(0, LEN)?] })?;
+    a.post_send(&SendRequest { wr_id: 2, op: SendOp::Send, sges: vec![mr_a.sge(0, msg.len())?], signaled: true, inline: false })?;
+    let step = match (poller.wait(1), poller.wait(2)) {
+        (Ok(r), Ok(_)) => {
+            let got = &mr_b.as_slice()[..msg.len()];
+            check("send_recv", got == msg && r.byte_len as usize == msg.len(), format!("{} bytes received", r.byte_len))
+        }
+        (Err(e), _) | (_, Err(e)) => check("send_recv", false, e),
+    };
+    steps.push(step);
+
+    // 2. RDMA write A -> B.
+    let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
+    mr_a.as_mut_slice().copy_from_slice(&pattern);
+    a.post_send(&SendRequest {
+        wr_id: 3,
+        op: SendOp::RdmaWrite { remote_addr: mr_b.addr(), rkey: mr_b.rkey() },
+        sges: vec![mr_a.sge(0, LEN)?],
+        signaled: true,
+        inline: false,
+    })?;
+    steps.push(match poller.wait(3) {
+        Ok(_) => check("rdma_write", mr_b.as_slice() == pattern.as_slice(), format!("{LEN} bytes written")),
+        Err(e) => check("rdma_write", false, e),
+    });
+
+    // 3. RDMA read B -> A (after changing B's content).
+    let pattern2: Vec<u8> = (0..LEN).map(|i| (i * 13 + 1) as u8).collect();
+    mr_b.as_mut_slice().copy_from_slice(&pattern2);
+    mr_a.as_mut_slice().fill(0);
+    a.post_send(&SendRequest {
+        wr_id: 4,
+        op: SendOp::RdmaRead { remote_addr: mr_b.addr(), rkey: mr_b.rkey() },
+        sges: vec![mr_a.sge(0, LEN)?],
+        signaled: true,
+        inline: false,
+    })?;
+    steps.push(match poller.wait(4) {
+        Ok(_) => check("rdma_read", mr_a.as_slice() == pattern2.as_slice(), format!("{LEN} bytes read")),
+        Err(e) => check("rdma_read", false, e),
+    });
+
+    // 4. Atomics on B's first word: 10 fetch-and-adds, then a compare-and-swap that hits and
+    // one that misses.
+    mr_b.as_mut_slice()[..8].copy_from_slice(&0u64.to_ne_bytes());
+    let word = |mr: &MemoryRegion, at: usize| u64::from_ne_bytes(mr.as_slice()[at..at + 8].try_into().expect("8 bytes"));
+    let mut fetched = Vec::new();
+    let mut atomic_err = None;
+    for i in 0..10u64 {
+        a.post_send(&SendRequest {
+            wr_id: 100 + i,
+            op: SendOp::FetchAdd { remote_addr: mr_b.addr(), rkey: mr_b.rkey(), add: 1 },
+            sges: vec![mr_a.sge(8, 8)?],
+            signaled: true,
+            inline: false,
+        })?;
+        match poller.wait(100 + i) {
+            Ok(_) => fetched.push(word(&mr_a, 8)),
+            Err(e) => {
+                atomic_err = Some(e);
+                break;
+            }
+        }
+    }
+    steps.push(match atomic_err {
+        None => check(
+            "fetch_add",
+            fetched == (0..10).collect::<Vec<u64>>() && word(&mr_b, 0) == 10,
+            format!("fetched {fetched:?}, final {}", word(&mr_b, 0)),
+        ),
+        Some(e) => check("fetch_add", false, e),
+    });
+    let mut cas = |wr_id: u64, compare: u64, swap: u64| -> Result<u64, String> {
+        a.post_send(&SendRequest {
+            wr_id,
+            op: SendOp::CompareSwap { remote_addr: mr_b.addr(), rkey: mr_b.rkey(), compare, swap },
+            sges: vec![mr_a.sge(16, 8).map_err(|e| e.to_string())?],
+            signaled: true,
+            inline: false,
+        })
+        .map_err(|e| e.to_string())?;
+        poller.wait(wr_id).map(|_| word(&mr_a, 16))
+    };
+    let hit = cas(200, 10, 42);
+    let miss = cas(201, 10, 99);
+    steps.push(match (hit, miss) {
+        (Ok(h), Ok(m)) => check("compare_swap", h == 10 && m == 42 && word(&mr_b, 0) == 42, format!("old values {h} then {m}, final {}", word(&mr_b, 0))),
+        (Err(e), _) | (_, Err(e)) => check("compare_swap", false, e),
+    });
+
+    // 5. Ping-pong latency (informational; never a pass/fail criterion).
+    let latency_us = ping_pong(&a, &b, &mr_a, &mr_b, cfg.iterations, &mut poller).ok();
+
+    Ok(SelftestReport {
+        device: ctx.name().to_string(),
+        port,
+        gid_index,
+        path_mtu_bytes: 128u32 << attr.active_mtu,
+        steps,
+        latency_us,
+    })
+}
+
+fn check(name: &'static str, ok: bool, detail: impl Into<String>) -> Step {
+    Step { name, ok, detail: detail.into() }
+}
+
+fn ping_pong(a: &QueuePair, b: &QueuePair, mr_a: &MemoryRegion, mr_b: &MemoryRegion, iters: u32, poller: &mut Poller<'_>) -> Result<f64, String> {
+    let e = |e: openib_sys::Error| e.to_string();
+    if iters == 0 {
+        return Err("no iterations".into());
+    }
+    let start = Instant::now();
+    for i in 0..iters as u64 {
+        let base = 1_000 + i * 4;
+        b.post_recv(&RecvRequest { wr_id: base, sges: vec![mr_b.sge(1024, 8).map_err(e)?] }).map_err(e)?;
+        a.post_recv(&RecvRequest { wr_id: base + 1, sges: vec![mr_a.sge(1024, 8).map_err(e)?] }).map_err(e)?;
+        a.post_send(&SendRequest { wr_id: base + 2, op: SendOp::Send, sges: vec![mr_a.sge(0, 8).map_err(e)?], signaled: true, inline: true }).map_err(e)?;
+        poller.wait(base)?;
+        b.post_send(&SendRequest { wr_id: base + 3, op: SendOp::Send, sges: vec![mr_b.sge(0, 8).map_err(e)?], signaled: true, inline: true }).map_err(e)?;
+        poller.wait(base + 1)?;
+        poller.wait(base + 2)?;
+        poller.wait(base + 3)?;
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0)
+}
+
+/// Waits for specific work completions on a shared CQ, keeping the others it sees.
+struct Poller<'a> {
+    cq: &'a CompletionQueue,
+    timeout: Duration,
+    pending: Vec<WorkCompletion>,
+}
+
+impl Poller<'_> {
+    fn wait(&mut self, wr_id: u64) -> Result<WorkCompletion, String> {
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(i) = self.pending.iter().position(|w| w.wr_id == wr_id) {
+                let wc = self.pending.swap_remove(i);
+                return if wc.is_success() { Ok(wc) } else { Err(format!("work request {wr_id} completed with error: {} (vendor error {:#x})", wc.status_str(), wc.vendor_err)) };
+            }
+            self.cq.poll(&mut self.pending, 32).map_err(|e| e.to_string())?;
+            if Instant::now() > deadline {
+                return Err(format!("no completion for work request {wr_id} within {:?}", self.timeout));
+            }
+        }
+    }
+}
+
+fn pick_port(cfg: &SelftestConfig) -> Result<(Context, u8), SelftestError> {
+    let list = openib_sys::devices()?;
+    let mut seen = Vec::new();
+    for info in list.iter() {
+        let name = info.name();
+        if cfg.device.as_ref().is_some_and(|d| *d != name) {
+            seen.push(name);
+            continue;
+        }
+        let ctx = info.open()?;
+        let nports = ctx.query_device()?.phys_port_cnt;
+        for port in 1..=nports {
+            if cfg.port.is_some_and(|p| p != port) {
+                continue;
+            }
+            let attr = ctx.query_port(port)?;
+            if attr.state == 4 {
+                return Ok((ctx, port));
+            }
+            if cfg.port == Some(port) {
+                return Err(SelftestError::Setup(format!("{name} port {port} is not ACTIVE (state {})", attr.state)));
+            }
+        }
+        seen.push(name);
+    }
+    Err(SelftestError::Setup(match &cfg.device {
+        Some(d) if !seen.contains(d) => format!("no device named {d} (devices: {})", if seen.is_empty() { "none".into() } else { seen.join(", ") }),
+        _ => format!("no ACTIVE port found (devices: {})", if seen.is_empty() { "none".into() } else { seen.join(", ") }),
+    }))
+}
+
+fn pick_gid(ctx: &Context, port: u8, table_len: i32, ethernet: bool) -> Result<u32, SelftestError> {
+    if !ethernet {
+        return Ok(0);
+    }
+    let table = ctx.gid_table(port, table_len)?;
+    let v4_mapped = |g: &[u8; 16]| g[..10] == [0; 10] && g[10..12] == [0xff, 0xff];
+    Ok(table
+        .iter()
+        .find(|e| e.gid_type == 2 && v4_mapped(&e.gid))
+        .or_else(|| table.iter().find(|e| v4_mapped(&e.gid)))
+        .or(table.first())
+        .map(|e| e.index)
+        .unwrap_or(0))
+}

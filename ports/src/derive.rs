@@ -133,7 +133,12 @@ fn derive_port(
     let gid = raw.gids.iter().find(|g| g.index == cfg.gid_index);
     let (subnet_id, subnet_source) = subnet_id(raw, gid, &topo.netdevs, cfg.gid_index);
     let mtu = Mtu::from_enum(raw.active_mtu);
-    let reason = unusable_reason(raw, gid, mtu, cfg.gid_index);
+    let netdev_up = raw
+        .netdev
+        .as_ref()
+        .and_then(|n| topo.netdevs.iter().find(|d| &d.name == n))
+        .map(|d| d.up);
+    let reason = unusable_reason(raw, gid, mtu, cfg.gid_index, netdev_up);
     Port {
         device: dev.name.clone(),
         node_guid: dev.node_guid,
@@ -156,6 +161,7 @@ fn unusable_reason(
     gid: Option<&RawGid>,
     mtu: Option<Mtu>,
     gid_index: u32,
+    netdev_up: Option<bool>,
 ) -> Option<String> {
     if raw.state != PortState::Active {
         let mut r = format!(
@@ -163,14 +169,14 @@ fn unusable_reason(
             raw.state.name()
         );
         if raw.link_layer == LinkLayer::Ethernet {
-            r.push_str(&format!(
-                "; physical state {}: is its network device{} up?",
-                raw.phys_state.name(),
-                raw.netdev
-                    .as_deref()
-                    .map(|n| format!(" {n}"))
-                    .unwrap_or_default()
-            ));
+            let nd = raw.netdev.as_deref().unwrap_or("?");
+            r.push_str(&match netdev_up {
+                Some(false) => format!("; its network device {nd} is down (ip link set {nd} up)"),
+                _ => format!(
+                    "; physical state {}: does network device {nd} have a carrier?",
+                    raw.phys_state.name()
+                ),
+            });
         } else if raw.state == PortState::Init {
             r.push_str("; is a subnet manager running on the fabric?");
         }

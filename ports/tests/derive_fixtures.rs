@@ -279,3 +279,17 @@ proptest! {
         prop_assert_ne!(roce_subnet_id(&a) >> 56, 0xfe, "never looks like a link-local IB prefix");
     }
 }
+
+#[test]
+fn roce_port_down_names_its_network_device() {
+    let mut t = fixture("roce.json");
+    t.devices[0].ports[0].state = PortState::Down;
+    t.devices[0].ports[0].phys_state = PhysState::DISABLED;
+    t.netdevs[0].up = false;
+    let d = derive(&t, &DeriveConfig::default());
+    let why = d.ports[0].reason.clone().unwrap();
+    assert!(why.contains("ens1f0 is down"), "{why}");
+    t.netdevs[0].up = true;
+    let why = derive(&t, &DeriveConfig::default()).ports[0].reason.clone().unwrap();
+    assert!(why.contains("DISABLED") && why.contains("carrier"), "{why}");
+}

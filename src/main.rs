@@ -25,6 +25,8 @@ enum Cmd {
     Ports(cli::ports::PortsArgs),
     /// Loopback test of one port: two RC queue pairs exchange a send, RDMA write/read and atomics.
     Selftest(cli::selftest::SelftestArgs),
+    /// Print a device's asynchronous events (port active/error, QP and CQ errors) as they come.
+    Events(cli::events::EventsArgs),
 }
 
 fn main() {
@@ -33,6 +35,7 @@ fn main() {
     let code = match args.cmd {
         Cmd::Ports(a) => cli::ports::run(&a),
         Cmd::Selftest(a) => cli::selftest::run(&a),
+        Cmd::Events(a) => cli::events::run(&a),
     };
     std::process::exit(code);
 }

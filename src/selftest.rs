@@ -3,8 +3,8 @@
 //! checked byte for byte. It proves the verbs layer and the device, not the transport.
 
 use openib_sys::{
-    Access, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair, RcParams,
-    RecvRequest, RemoteAddress, SendOp, SendRequest, WorkCompletion,
+    Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair, RcParams,
+    RecvRequest, RemoteAddress, SendOp, SendRequest, SharedReceiveQueue, WorkCompletion,
 };
 use std::time::{Duration, Instant};
 
@@ -189,7 +189,11 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
         (Err(e), _) | (_, Err(e)) => check("compare_swap", false, e),
     });
 
-    // 5. Ping-pong latency (informational; never a pass/fail criterion).
+    // 5. A shared receive queue, with completions signalled through a completion channel: a
+    // third and fourth QP, the receiver's receives posted to the SRQ, the CQ armed and waited on.
+    steps.push(srq_and_channel(&ctx, &pd, port, &params, &addr_of(attr.lid, gid.gid), caps, cfg.timeout)?);
+
+    // 6. Ping-pong latency (informational; never a pass/fail criterion).
     let latency_us = ping_pong(&a, &b, &mr_a, &mr_b, cfg.iterations, &mut poller).ok();
 
     Ok(SelftestReport {
@@ -199,6 +203,62 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
         path_mtu_bytes: 128u32 << attr.active_mtu,
         steps,
         latency_us,
+    })
+}
+
+fn addr_of(lid: u16, gid: [u8; 16]) -> impl Fn(&QueuePair) -> RemoteAddress {
+    move |qp: &QueuePair| RemoteAddress { qp_num: qp.qp_num(), psn: 0, lid, gid: Some(gid) }
+}
+
+fn srq_and_channel(
+    ctx: &Context,
+    pd: &ProtectionDomain,
+    port: u8,
+    params: &RcParams,
+    addr: &impl Fn(&QueuePair) -> RemoteAddress,
+    caps: QpCaps,
+    timeout: Duration,
+) -> Result<Step, SelftestError> {
+    let channel = CompletionChannel::new(ctx)?;
+    let cq = CompletionQueue::new(ctx, 64, Some(&channel))?;
+    let srq = SharedReceiveQueue::new(pd, 16, 1)?;
+    let sender = QueuePair::new(pd, &QpInitAttrs { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, caps, sq_sig_all: false })?;
+    let receiver = QueuePair::new(pd, &QpInitAttrs { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: Some(&srq), caps, sq_sig_all: false })?;
+    for qp in [&sender, &receiver] {
+        qp.to_init(port, 0, Access::ALL)?;
+    }
+    sender.connect_rc(&addr(&receiver), params)?;
+    receiver.connect_rc(&addr(&sender), params)?;
+    let mut src = MemoryRegion::alloc(pd, 256, Access::ALL)?;
+    let dst = MemoryRegion::alloc(pd, 256 * 4, Access::ALL)?;
+    for i in 0..4u64 {
+        srq.post_recv(&RecvRequest { wr_id: 10 + i, sges: vec![dst.sge(i as usize * 256, 256)?] })?;
+    }
+    let msg = b"through the shared receive queue";
+    src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    cq.req_notify(false)?;
+    sender.post_send(&SendRequest { wr_id: 1, op: SendOp::Send, sges: vec![src.sge(0, msg.len())?], signaled: true, inline: false })?;
+    // The channel fires once the CQ has a completion; wait on it in a thread so a lost event
+    // fails the step instead of hanging the test.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ch = channel.clone();
+    std::thread::spawn(move || {
+        let _ = tx.send(ch.wait().map_err(|e| e.to_string()));
+    });
+    let woke = match rx.recv_timeout(timeout) {
+        Ok(Ok(())) => true,
+        Ok(Err(e)) => return Ok(check("srq_channel", false, format!("completion channel: {e}"))),
+        Err(_) => return Ok(check("srq_channel", false, format!("completion channel did not fire within {timeout:?}"))),
+    };
+    let mut poller = Poller { cq: &cq, timeout, pending: Vec::new() };
+    let (recv, sent) = (poller.wait(10), poller.wait(1));
+    Ok(match (recv, sent) {
+        (Ok(r), Ok(_)) => check(
+            "srq_channel",
+            woke && &dst.as_slice()[..msg.len()] == msg && r.byte_len as usize == msg.len() && r.qp_num == receiver.qp_num(),
+            format!("{} bytes received through the SRQ on qp {}, channel woke", r.byte_len, r.qp_num),
+        ),
+        (Err(e), _) | (_, Err(e)) => check("srq_channel", false, e),
     })
 }
 

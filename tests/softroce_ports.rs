@@ -111,6 +111,8 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
         format!("{b} ports --json --include rxe0:2,mlx5_9"),
         format!("{b} ports"),
         format!("{b} selftest --json --iters 20"),
+        // Async events: the port goes down and comes back while `openib events` watches.
+        format!("({b} events --count 2 --timeout 120 --json > /tmp/ev &); sleep 5; ip link set veth0 down; sleep 3; ip link set veth0 up; sleep 5; cat /tmp/ev"),
     ];
     let Some(s) = run_sections(&[], &cmds) else { return };
     assert_eq!(s[0].1, 0, "ibv_devinfo failed: {}", s[0].0);
@@ -160,7 +162,11 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
     let st = json(&s[6].0);
     assert_eq!(st["ok"], true, "{st}");
     let names: Vec<&str> = st["report"]["steps"].as_array().unwrap().iter().map(|s| s["name"].as_str().unwrap()).collect();
-    assert_eq!(names, ["send_recv", "rdma_write", "rdma_read", "fetch_add", "compare_swap"]);
+    assert_eq!(names, ["send_recv", "rdma_write", "rdma_read", "fetch_add", "compare_swap", "srq_channel"]);
+
+    let events: Vec<Value> = s[7].0.lines().map(json).collect();
+    let kinds: Vec<&str> = events.iter().map(|e| e["event"].as_str().unwrap()).collect();
+    assert_eq!(kinds, ["PortError { port: 1 }", "PortActive { port: 1 }"], "{}", s[7].0);
 }
 
 #[test]

@@ -246,4 +246,9 @@ impl Context {
     pub fn get_async_event(&self) -> Result<crate::AsyncEvent> {
         crate::async_event::get(self)
     }
+
+    /// Waits up to `timeout` for the next asynchronous event; `None` if none came.
+    pub fn poll_async_event(&self, timeout: std::time::Duration) -> Result<Option<crate::AsyncEvent>> {
+        crate::async_event::poll(self, timeout)
+    }
 }

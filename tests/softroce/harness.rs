@@ -1,0 +1,142 @@
+//! Shared helpers for integration tests that run commands inside the
+//! SoftRoCE guest (`tests/softroce/guest`, see docs/SOFTROCE.md).
+//!
+//! Use it from a test file with
+//!
+//! ```ignore
+//! #[path = "softroce/harness.rs"]
+//! mod harness;
+//! ```
+//!
+//! Every `guest_run` boots a fresh guest (about 10-20 s under TCG), so group
+//! the checks of one test file into few boots.  Concurrent runs are safe: each
+//! has its own job dir, and `guest prepare` takes a lock on the cache.
+//!
+//! A harness failure (exit status 125: no qemu, no kernel, the guest did not
+//! boot, timeout, ...) makes the test FAIL with the harness's stderr; it never
+//! passes silently.  The only way to skip is `OPENIB_SKIP_GUEST=1`.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+/// Exit status of `guest run` when the harness itself failed.  A command run
+/// in the guest must not use it.
+pub const HARNESS_FAILURE: i32 = 125;
+
+/// The harness script.
+pub fn guest_script() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/softroce/guest")
+}
+
+/// True when `OPENIB_SKIP_GUEST=1`: then it prints a loud SKIPPED line to
+/// stderr, and the test should return at once.
+pub fn skip_guest(test: &str) -> bool {
+    if std::env::var("OPENIB_SKIP_GUEST").as_deref() == Ok("1") {
+        // Straight to the process's stderr: libtest captures eprintln!.
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: OPENIB_SKIP_GUEST=1 ({test} did not run in the SoftRoCE guest)"
+        );
+        true
+    } else {
+        false
+    }
+}
+
+fn describe(what: &str, out: &Output) -> String {
+    format!(
+        "{what}: {}\n--- harness stderr ---\n{}\n--- stdout ---\n{}",
+        match out.status.code() {
+            Some(c) => format!("exit status {c}"),
+            None => format!("killed ({:?})", out.status),
+        },
+        String::from_utf8_lossy(&out.stderr).trim_end(),
+        String::from_utf8_lossy(&out.stdout).trim_end(),
+    )
+}
+
+/// `guest prepare`, once per test process.  Err holds the reason.
+pub fn try_prepare() -> Result<(), String> {
+    static PREPARED: OnceLock<Result<(), String>> = OnceLock::new();
+    PREPARED
+        .get_or_init(|| {
+            let out = Command::new(guest_script())
+                .arg("prepare")
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|e| format!("cannot start {}: {e}", guest_script().display()))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(describe(
+                    "the SoftRoCE guest harness failed in `guest prepare`",
+                    &out,
+                ))
+            }
+        })
+        .clone()
+}
+
+/// Run `guest run ARGS -- CMD` and return CMD's output and exit status, or
+/// Err with the harness's stderr when the harness itself failed.
+pub fn try_guest_run(args: &[&str], cmd: &[&str]) -> Result<Output, String> {
+    assert!(!cmd.is_empty(), "guest_run: empty command");
+    try_prepare()?;
+    let out = Command::new(guest_script())
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot start {}: {e}", guest_script().display()))?;
+    match out.status.code() {
+        Some(HARNESS_FAILURE) | None => Err(describe(
+            &format!("the SoftRoCE guest harness failed running {cmd:?} (options {args:?})"),
+            &out,
+        )),
+        Some(_) => Ok(out),
+    }
+}
+
+/// Like `try_guest_run`, but panics (failing the test) on a harness failure.
+pub fn guest_run(args: &[&str], cmd: &[&str]) -> Output {
+    try_guest_run(args, cmd).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Panics unless CMD exited 0; returns its stdout.
+pub fn guest_run_ok(args: &[&str], cmd: &[&str]) -> String {
+    let out = guest_run(args, cmd);
+    assert!(
+        out.status.success(),
+        "{}",
+        describe(&format!("{cmd:?} failed in the guest"), &out)
+    );
+    stdout(&out)
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The lines of `text` between a line `=== NAME` and the next `=== ` line,
+/// for scripts that run several checks in one boot.
+pub fn section(text: &str, name: &str) -> Option<String> {
+    let head = format!("=== {name}");
+    let mut lines = text.lines();
+    lines.by_ref().find(|l| l.trim_end() == head)?;
+    Some(
+        lines
+            .take_while(|l| !l.starts_with("=== "))
+            .map(|l| format!("{l}\n"))
+            .collect(),
+    )
+}

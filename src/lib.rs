@@ -10,4 +10,5 @@ pub use openib_ports as ports;
 
 pub mod cli;
 pub mod modex;
+pub mod runtime;
 pub mod selftest;

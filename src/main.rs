@@ -27,6 +27,8 @@ enum Cmd {
     Selftest(cli::selftest::SelftestArgs),
     /// Print a device's asynchronous events (port active/error, QP and CQ errors) as they come.
     Events(cli::events::EventsArgs),
+    /// Start N local processes under the embedded runtime (put/commit/fence/get over a private socket).
+    Run(cli::run::RunArgs),
 }
 
 fn main() {
@@ -36,6 +38,7 @@ fn main() {
         Cmd::Ports(a) => cli::ports::run(&a),
         Cmd::Selftest(a) => cli::selftest::run(&a),
         Cmd::Events(a) => cli::events::run(&a),
+        Cmd::Run(a) => cli::run::run(&a),
     };
     std::process::exit(code);
 }

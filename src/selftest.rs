@@ -3,8 +3,9 @@
 //! checked byte for byte. It proves the verbs layer and the device, not the transport.
 
 use openib_sys::{
-    Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair, RcParams,
-    RecvRequest, RemoteAddress, SendOp, SendRequest, SharedReceiveQueue, WorkCompletion,
+    Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCaps,
+    QpInitAttrs, QpType, QueuePair, RcParams, RecvRequest, RemoteAddress, SendOp, SendRequest,
+    SharedReceiveQueue, WorkCompletion,
 };
 use std::time::{Duration, Instant};
 
@@ -25,7 +26,13 @@ pub struct SelftestConfig {
 
 impl Default for SelftestConfig {
     fn default() -> Self {
-        SelftestConfig { device: None, port: None, gid_index: None, iterations: 100, timeout: Duration::from_secs(10) }
+        SelftestConfig {
+            device: None,
+            port: None,
+            gid_index: None,
+            iterations: 100,
+            timeout: Duration::from_secs(10),
+        }
     }
 }
 
@@ -73,20 +80,51 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
         Some(i) => i,
         None => pick_gid(&ctx, port, attr.gid_tbl_len, ethernet)?,
     };
-    let gid = ctx
-        .query_gid_ex(port, gid_index)?
-        .ok_or_else(|| SelftestError::Setup(format!("{} port {port} has no GID at index {gid_index}", ctx.name())))?;
+    let gid = ctx.query_gid_ex(port, gid_index)?.ok_or_else(|| {
+        SelftestError::Setup(format!(
+            "{} port {port} has no GID at index {gid_index}",
+            ctx.name()
+        ))
+    })?;
 
     let pd = ProtectionDomain::new(&ctx)?;
     let cq = CompletionQueue::new(&ctx, 256, None)?;
-    let caps = QpCaps { max_send_wr: 64, max_recv_wr: 64, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 64 };
-    let mk_qp = || QueuePair::new(&pd, &QpInitAttrs { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, caps, sq_sig_all: false });
+    let caps = QpCaps {
+        max_send_wr: 64,
+        max_recv_wr: 64,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let mk_qp = || {
+        QueuePair::new(
+            &pd,
+            &QpInitAttrs {
+                qp_type: QpType::Rc,
+                send_cq: &cq,
+                recv_cq: &cq,
+                srq: None,
+                caps,
+                sq_sig_all: false,
+            },
+        )
+    };
     let (a, b) = (mk_qp()?, mk_qp()?);
     for qp in [&a, &b] {
         qp.to_init(port, 0, Access::ALL)?;
     }
-    let params = RcParams { port, sgid_index: gid_index as u8, path_mtu: attr.active_mtu, ..Default::default() };
-    let addr = |qp: &QueuePair| RemoteAddress { qp_num: qp.qp_num(), psn: 0, lid: attr.lid, gid: Some(gid.gid) };
+    let params = RcParams {
+        port,
+        sgid_index: gid_index as u8,
+        path_mtu: attr.active_mtu,
+        ..Default::default()
+    };
+    let addr = |qp: &QueuePair| RemoteAddress {
+        qp_num: qp.qp_num(),
+        psn: 0,
+        lid: attr.lid,
+        gid: Some(gid.gid),
+    };
     a.connect_rc(&addr(&b), &params)?;
     b.connect_rc(&addr(&a), &params)?;
 
@@ -94,17 +132,34 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     let mut mr_a = MemoryRegion::alloc(&pd, LEN, Access::ALL)?;
     let mut mr_b = MemoryRegion::alloc(&pd, LEN, Access::ALL)?;
     let mut steps = Vec::new();
-    let mut poller = Poller { cq: &cq, timeout: cfg.timeout, pending: Vec::new() };
+    let mut poller = Poller {
+        cq: &cq,
+        timeout: cfg.timeout,
+        pending: Vec::new(),
+    };
 
     // 1. Send/receive.
     let msg = b"openib selftest: send/recv over RC";
     mr_a.as_mut_slice()[..msg.len()].copy_from_slice(msg);
-    b.post_recv(&RecvRequest { wr_id: 1, sges: vec![mr_b.sge(0, LEN)?] })?;
-    a.post_send(&SendRequest { wr_id: 2, op: SendOp::Send, sges: vec![mr_a.sge(0, msg.len())?], signaled: true, inline: false })?;
+    b.post_recv(&RecvRequest {
+        wr_id: 1,
+        sges: vec![mr_b.sge(0, LEN)?],
+    })?;
+    a.post_send(&SendRequest {
+        wr_id: 2,
+        op: SendOp::Send,
+        sges: vec![mr_a.sge(0, msg.len())?],
+        signaled: true,
+        inline: false,
+    })?;
     let step = match (poller.wait(1), poller.wait(2)) {
         (Ok(r), Ok(_)) => {
             let got = &mr_b.as_slice()[..msg.len()];
-            check("send_recv", got == msg && r.byte_len as usize == msg.len(), format!("{} bytes received", r.byte_len))
+            check(
+                "send_recv",
+                got == msg && r.byte_len as usize == msg.len(),
+                format!("{} bytes received", r.byte_len),
+            )
         }
         (Err(e), _) | (_, Err(e)) => check("send_recv", false, e),
     };
@@ -115,13 +170,20 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     mr_a.as_mut_slice().copy_from_slice(&pattern);
     a.post_send(&SendRequest {
         wr_id: 3,
-        op: SendOp::RdmaWrite { remote_addr: mr_b.addr(), rkey: mr_b.rkey() },
+        op: SendOp::RdmaWrite {
+            remote_addr: mr_b.addr(),
+            rkey: mr_b.rkey(),
+        },
         sges: vec![mr_a.sge(0, LEN)?],
         signaled: true,
         inline: false,
     })?;
     steps.push(match poller.wait(3) {
-        Ok(_) => check("rdma_write", mr_b.as_slice() == pattern.as_slice(), format!("{LEN} bytes written")),
+        Ok(_) => check(
+            "rdma_write",
+            mr_b.as_slice() == pattern.as_slice(),
+            format!("{LEN} bytes written"),
+        ),
         Err(e) => check("rdma_write", false, e),
     });
 
@@ -131,26 +193,39 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     mr_a.as_mut_slice().fill(0);
     a.post_send(&SendRequest {
         wr_id: 4,
-        op: SendOp::RdmaRead { remote_addr: mr_b.addr(), rkey: mr_b.rkey() },
+        op: SendOp::RdmaRead {
+            remote_addr: mr_b.addr(),
+            rkey: mr_b.rkey(),
+        },
         sges: vec![mr_a.sge(0, LEN)?],
         signaled: true,
         inline: false,
     })?;
     steps.push(match poller.wait(4) {
-        Ok(_) => check("rdma_read", mr_a.as_slice() == pattern2.as_slice(), format!("{LEN} bytes read")),
+        Ok(_) => check(
+            "rdma_read",
+            mr_a.as_slice() == pattern2.as_slice(),
+            format!("{LEN} bytes read"),
+        ),
         Err(e) => check("rdma_read", false, e),
     });
 
     // 4. Atomics on B's first word: 10 fetch-and-adds, then a compare-and-swap that hits and
     // one that misses.
     mr_b.as_mut_slice()[..8].copy_from_slice(&0u64.to_ne_bytes());
-    let word = |mr: &MemoryRegion, at: usize| u64::from_ne_bytes(mr.as_slice()[at..at + 8].try_into().expect("8 bytes"));
+    let word = |mr: &MemoryRegion, at: usize| {
+        u64::from_ne_bytes(mr.as_slice()[at..at + 8].try_into().expect("8 bytes"))
+    };
     let mut fetched = Vec::new();
     let mut atomic_err = None;
     for i in 0..10u64 {
         a.post_send(&SendRequest {
             wr_id: 100 + i,
-            op: SendOp::FetchAdd { remote_addr: mr_b.addr(), rkey: mr_b.rkey(), add: 1 },
+            op: SendOp::FetchAdd {
+                remote_addr: mr_b.addr(),
+                rkey: mr_b.rkey(),
+                add: 1,
+            },
             sges: vec![mr_a.sge(8, 8)?],
             signaled: true,
             inline: false,
@@ -174,7 +249,12 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     let mut cas = |wr_id: u64, compare: u64, swap: u64| -> Result<u64, String> {
         a.post_send(&SendRequest {
             wr_id,
-            op: SendOp::CompareSwap { remote_addr: mr_b.addr(), rkey: mr_b.rkey(), compare, swap },
+            op: SendOp::CompareSwap {
+                remote_addr: mr_b.addr(),
+                rkey: mr_b.rkey(),
+                compare,
+                swap,
+            },
             sges: vec![mr_a.sge(16, 8).map_err(|e| e.to_string())?],
             signaled: true,
             inline: false,
@@ -185,13 +265,25 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     let hit = cas(200, 10, 42);
     let miss = cas(201, 10, 99);
     steps.push(match (hit, miss) {
-        (Ok(h), Ok(m)) => check("compare_swap", h == 10 && m == 42 && word(&mr_b, 0) == 42, format!("old values {h} then {m}, final {}", word(&mr_b, 0))),
+        (Ok(h), Ok(m)) => check(
+            "compare_swap",
+            h == 10 && m == 42 && word(&mr_b, 0) == 42,
+            format!("old values {h} then {m}, final {}", word(&mr_b, 0)),
+        ),
         (Err(e), _) | (_, Err(e)) => check("compare_swap", false, e),
     });
 
     // 5. A shared receive queue, with completions signalled through a completion channel: a
     // third and fourth QP, the receiver's receives posted to the SRQ, the CQ armed and waited on.
-    steps.push(srq_and_channel(&ctx, &pd, port, &params, &addr_of(attr.lid, gid.gid), caps, cfg.timeout)?);
+    steps.push(srq_and_channel(
+        &ctx,
+        &pd,
+        port,
+        &params,
+        &addr_of(attr.lid, gid.gid),
+        caps,
+        cfg.timeout,
+    )?);
 
     // 6. Ping-pong latency (informational; never a pass/fail criterion).
     let latency_us = ping_pong(&a, &b, &mr_a, &mr_b, cfg.iterations, &mut poller).ok();
@@ -207,7 +299,12 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
 }
 
 fn addr_of(lid: u16, gid: [u8; 16]) -> impl Fn(&QueuePair) -> RemoteAddress {
-    move |qp: &QueuePair| RemoteAddress { qp_num: qp.qp_num(), psn: 0, lid, gid: Some(gid) }
+    move |qp: &QueuePair| RemoteAddress {
+        qp_num: qp.qp_num(),
+        psn: 0,
+        lid,
+        gid: Some(gid),
+    }
 }
 
 fn srq_and_channel(
@@ -222,8 +319,28 @@ fn srq_and_channel(
     let channel = CompletionChannel::new(ctx)?;
     let cq = CompletionQueue::new(ctx, 64, Some(&channel))?;
     let srq = SharedReceiveQueue::new(pd, 16, 1)?;
-    let sender = QueuePair::new(pd, &QpInitAttrs { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: None, caps, sq_sig_all: false })?;
-    let receiver = QueuePair::new(pd, &QpInitAttrs { qp_type: QpType::Rc, send_cq: &cq, recv_cq: &cq, srq: Some(&srq), caps, sq_sig_all: false })?;
+    let sender = QueuePair::new(
+        pd,
+        &QpInitAttrs {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: None,
+            caps,
+            sq_sig_all: false,
+        },
+    )?;
+    let receiver = QueuePair::new(
+        pd,
+        &QpInitAttrs {
+            qp_type: QpType::Rc,
+            send_cq: &cq,
+            recv_cq: &cq,
+            srq: Some(&srq),
+            caps,
+            sq_sig_all: false,
+        },
+    )?;
     for qp in [&sender, &receiver] {
         qp.to_init(port, 0, Access::ALL)?;
     }
@@ -232,12 +349,21 @@ fn srq_and_channel(
     let mut src = MemoryRegion::alloc(pd, 256, Access::ALL)?;
     let dst = MemoryRegion::alloc(pd, 256 * 4, Access::ALL)?;
     for i in 0..4u64 {
-        srq.post_recv(&RecvRequest { wr_id: 10 + i, sges: vec![dst.sge(i as usize * 256, 256)?] })?;
+        srq.post_recv(&RecvRequest {
+            wr_id: 10 + i,
+            sges: vec![dst.sge(i as usize * 256, 256)?],
+        })?;
     }
     let msg = b"through the shared receive queue";
     src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
     cq.req_notify(false)?;
-    sender.post_send(&SendRequest { wr_id: 1, op: SendOp::Send, sges: vec![src.sge(0, msg.len())?], signaled: true, inline: false })?;
+    sender.post_send(&SendRequest {
+        wr_id: 1,
+        op: SendOp::Send,
+        sges: vec![src.sge(0, msg.len())?],
+        signaled: true,
+        inline: false,
+    })?;
     // The channel fires once the CQ has a completion; wait on it in a thread so a lost event
     // fails the step instead of hanging the test.
     let (tx, rx) = std::sync::mpsc::channel();
@@ -247,26 +373,58 @@ fn srq_and_channel(
     });
     let woke = match rx.recv_timeout(timeout) {
         Ok(Ok(())) => true,
-        Ok(Err(e)) => return Ok(check("srq_channel", false, format!("completion channel: {e}"))),
-        Err(_) => return Ok(check("srq_channel", false, format!("completion channel did not fire within {timeout:?}"))),
+        Ok(Err(e)) => {
+            return Ok(check(
+                "srq_channel",
+                false,
+                format!("completion channel: {e}"),
+            ))
+        }
+        Err(_) => {
+            return Ok(check(
+                "srq_channel",
+                false,
+                format!("completion channel did not fire within {timeout:?}"),
+            ))
+        }
     };
-    let mut poller = Poller { cq: &cq, timeout, pending: Vec::new() };
+    let mut poller = Poller {
+        cq: &cq,
+        timeout,
+        pending: Vec::new(),
+    };
     let (recv, sent) = (poller.wait(10), poller.wait(1));
     Ok(match (recv, sent) {
         (Ok(r), Ok(_)) => check(
             "srq_channel",
-            woke && &dst.as_slice()[..msg.len()] == msg && r.byte_len as usize == msg.len() && r.qp_num == receiver.qp_num(),
-            format!("{} bytes received through the SRQ on qp {}, channel woke", r.byte_len, r.qp_num),
+            woke && &dst.as_slice()[..msg.len()] == msg
+                && r.byte_len as usize == msg.len()
+                && r.qp_num == receiver.qp_num(),
+            format!(
+                "{} bytes received through the SRQ on qp {}, channel woke",
+                r.byte_len, r.qp_num
+            ),
         ),
         (Err(e), _) | (_, Err(e)) => check("srq_channel", false, e),
     })
 }
 
 fn check(name: &'static str, ok: bool, detail: impl Into<String>) -> Step {
-    Step { name, ok, detail: detail.into() }
+    Step {
+        name,
+        ok,
+        detail: detail.into(),
+    }
 }
 
-fn ping_pong(a: &QueuePair, b: &QueuePair, mr_a: &MemoryRegion, mr_b: &MemoryRegion, iters: u32, poller: &mut Poller<'_>) -> Result<f64, String> {
+fn ping_pong(
+    a: &QueuePair,
+    b: &QueuePair,
+    mr_a: &MemoryRegion,
+    mr_b: &MemoryRegion,
+    iters: u32,
+    poller: &mut Poller<'_>,
+) -> Result<f64, String> {
     let e = |e: openib_sys::Error| e.to_string();
     if iters == 0 {
         return Err("no iterations".into());
@@ -274,11 +432,33 @@ fn ping_pong(a: &QueuePair, b: &QueuePair, mr_a: &MemoryRegion, mr_b: &MemoryReg
     let start = Instant::now();
     for i in 0..iters as u64 {
         let base = 1_000 + i * 4;
-        b.post_recv(&RecvRequest { wr_id: base, sges: vec![mr_b.sge(1024, 8).map_err(e)?] }).map_err(e)?;
-        a.post_recv(&RecvRequest { wr_id: base + 1, sges: vec![mr_a.sge(1024, 8).map_err(e)?] }).map_err(e)?;
-        a.post_send(&SendRequest { wr_id: base + 2, op: SendOp::Send, sges: vec![mr_a.sge(0, 8).map_err(e)?], signaled: true, inline: true }).map_err(e)?;
+        b.post_recv(&RecvRequest {
+            wr_id: base,
+            sges: vec![mr_b.sge(1024, 8).map_err(e)?],
+        })
+        .map_err(e)?;
+        a.post_recv(&RecvRequest {
+            wr_id: base + 1,
+            sges: vec![mr_a.sge(1024, 8).map_err(e)?],
+        })
+        .map_err(e)?;
+        a.post_send(&SendRequest {
+            wr_id: base + 2,
+            op: SendOp::Send,
+            sges: vec![mr_a.sge(0, 8).map_err(e)?],
+            signaled: true,
+            inline: true,
+        })
+        .map_err(e)?;
         poller.wait(base)?;
-        b.post_send(&SendRequest { wr_id: base + 3, op: SendOp::Send, sges: vec![mr_b.sge(0, 8).map_err(e)?], signaled: true, inline: true }).map_err(e)?;
+        b.post_send(&SendRequest {
+            wr_id: base + 3,
+            op: SendOp::Send,
+            sges: vec![mr_b.sge(0, 8).map_err(e)?],
+            signaled: true,
+            inline: true,
+        })
+        .map_err(e)?;
         poller.wait(base + 1)?;
         poller.wait(base + 2)?;
         poller.wait(base + 3)?;
@@ -299,11 +479,24 @@ impl Poller<'_> {
         loop {
             if let Some(i) = self.pending.iter().position(|w| w.wr_id == wr_id) {
                 let wc = self.pending.swap_remove(i);
-                return if wc.is_success() { Ok(wc) } else { Err(format!("work request {wr_id} completed with error: {} (vendor error {:#x})", wc.status_str(), wc.vendor_err)) };
+                return if wc.is_success() {
+                    Ok(wc)
+                } else {
+                    Err(format!(
+                        "work request {wr_id} completed with error: {} (vendor error {:#x})",
+                        wc.status_str(),
+                        wc.vendor_err
+                    ))
+                };
             }
-            self.cq.poll(&mut self.pending, 32).map_err(|e| e.to_string())?;
+            self.cq
+                .poll(&mut self.pending, 32)
+                .map_err(|e| e.to_string())?;
             if Instant::now() > deadline {
-                return Err(format!("no completion for work request {wr_id} within {:?}", self.timeout));
+                return Err(format!(
+                    "no completion for work request {wr_id} within {:?}",
+                    self.timeout
+                ));
             }
         }
     }
@@ -329,14 +522,31 @@ fn pick_port(cfg: &SelftestConfig) -> Result<(Context, u8), SelftestError> {
                 return Ok((ctx, port));
             }
             if cfg.port == Some(port) {
-                return Err(SelftestError::Setup(format!("{name} port {port} is not ACTIVE (state {})", attr.state)));
+                return Err(SelftestError::Setup(format!(
+                    "{name} port {port} is not ACTIVE (state {})",
+                    attr.state
+                )));
             }
         }
         seen.push(name);
     }
     Err(SelftestError::Setup(match &cfg.device {
-        Some(d) if !seen.contains(d) => format!("no device named {d} (devices: {})", if seen.is_empty() { "none".into() } else { seen.join(", ") }),
-        _ => format!("no ACTIVE port found (devices: {})", if seen.is_empty() { "none".into() } else { seen.join(", ") }),
+        Some(d) if !seen.contains(d) => format!(
+            "no device named {d} (devices: {})",
+            if seen.is_empty() {
+                "none".into()
+            } else {
+                seen.join(", ")
+            }
+        ),
+        _ => format!(
+            "no ACTIVE port found (devices: {})",
+            if seen.is_empty() {
+                "none".into()
+            } else {
+                seen.join(", ")
+            }
+        ),
     }))
 }
 

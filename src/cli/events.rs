@@ -32,7 +32,10 @@ pub fn run(a: &EventsArgs) -> i32 {
         }
     };
     let names: Vec<String> = list.iter().map(|d| d.name()).collect();
-    let Some(info) = list.iter().find(|d| a.device.as_ref().is_none_or(|want| *want == d.name())) else {
+    let Some(info) = list
+        .iter()
+        .find(|d| a.device.as_ref().is_none_or(|want| *want == d.name()))
+    else {
         eprintln!(
             "openib events: {}",
             match &a.device {
@@ -77,7 +80,11 @@ pub fn run(a: &EventsArgs) -> i32 {
         }
     }
     if a.count.is_some_and(|c| seen < c) {
-        eprintln!("openib events: {seen} of {} event(s) within {} s", a.count.unwrap_or(0), a.timeout);
+        eprintln!(
+            "openib events: {seen} of {} event(s) within {} s",
+            a.count.unwrap_or(0),
+            a.timeout
+        );
         return exit::ERROR;
     }
     exit::OK

@@ -23,15 +23,33 @@ pub struct SelftestArgs {
 }
 
 pub fn run(a: &SelftestArgs) -> i32 {
-    let cfg = SelftestConfig { device: a.device.clone(), port: a.port, gid_index: a.gid_index, iterations: a.iters, ..Default::default() };
+    let cfg = SelftestConfig {
+        device: a.device.clone(),
+        port: a.port,
+        gid_index: a.gid_index,
+        iterations: a.iters,
+        ..Default::default()
+    };
     match run_selftest(&cfg) {
         Ok(r) => {
             if a.json {
-                println!("{}", serde_json::to_string_pretty(&serde_json::json!({"ok": r.ok(), "report": r})).expect("serialises"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({"ok": r.ok(), "report": r}))
+                        .expect("serialises")
+                );
             } else {
-                println!("{} port {} (GID index {}, path MTU {}):", r.device, r.port, r.gid_index, r.path_mtu_bytes);
+                println!(
+                    "{} port {} (GID index {}, path MTU {}):",
+                    r.device, r.port, r.gid_index, r.path_mtu_bytes
+                );
                 for s in &r.steps {
-                    println!("  {:<14} {}  {}", s.name, if s.ok { "ok  " } else { "FAIL" }, s.detail);
+                    println!(
+                        "  {:<14} {}  {}",
+                        s.name,
+                        if s.ok { "ok  " } else { "FAIL" },
+                        s.detail
+                    );
                 }
                 if let Some(l) = r.latency_us {
                     println!("  8-byte send half round trip: {l:.1} us (loopback, one process)");
@@ -40,7 +58,10 @@ pub fn run(a: &SelftestArgs) -> i32 {
             if r.ok() {
                 exit::OK
             } else {
-                eprintln!("openib selftest: {} step(s) failed", r.steps.iter().filter(|s| !s.ok).count());
+                eprintln!(
+                    "openib selftest: {} step(s) failed",
+                    r.steps.iter().filter(|s| !s.ok).count()
+                );
                 exit::ERROR
             }
         }

@@ -1,0 +1,922 @@
+//! The embedded runtime: the server `openib run` starts, and the client its processes use.
+//!
+//! The server listens on a UNIX socket in a fresh directory of mode 0700 (the socket itself is
+//! 0600), checks each connecting process's credentials (`SO_PEERCRED`: same user) and the job's
+//! secret token, and then only stores committed values, answers gets and routes fence
+//! messages between ranks. The fence itself runs in the clients ([`super::fence`]), so the
+//! fault-tolerant fence can change its topology without touching the server.
+
+use super::fence::{FenceIn, FenceMachine, FenceMsg, FenceOut, FenceTopology, Star};
+use super::wire::{read_frame, write_frame, Entry, GetStatus, Msg};
+use super::{JobInfo, Result, Runtime, RuntimeError, Scope};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::BufReader;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+/// The socket path of the job.
+pub const SOCKET_ENV: &str = "OPENIB_RT_SOCKET";
+/// This process's rank.
+pub const RANK_ENV: &str = "OPENIB_RT_RANK";
+/// The job's secret (hex), proving a connection comes from a process `openib run` started.
+pub const TOKEN_ENV: &str = "OPENIB_RT_TOKEN";
+
+fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> RuntimeError {
+    let what = what.into();
+    move |source| RuntimeError::Io { what, source }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Server
+
+/// What the server needs to know about the job.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    /// The node name of every rank, by rank.
+    pub nodes: Vec<String>,
+}
+
+struct Conn {
+    writer: Mutex<UnixStream>,
+}
+
+#[derive(Default)]
+struct ServerState {
+    conns: HashMap<u32, Arc<Conn>>,
+    /// Routed payloads for ranks not connected yet.
+    undelivered: HashMap<u32, Vec<Msg>>,
+    store: HashMap<u32, HashMap<String, Entry>>,
+    dead: BTreeSet<u32>,
+    finished: BTreeSet<u32>,
+    waiters: Vec<Waiter>,
+}
+
+struct Waiter {
+    requester: u32,
+    req: u64,
+    rank: u32,
+    key: String,
+    deadline: Instant,
+}
+
+struct Shared {
+    spec: JobSpec,
+    token: Vec<u8>,
+    uid: u32,
+    state: Mutex<ServerState>,
+    changed: Condvar,
+}
+
+/// A running server. Dropping it removes the socket directory.
+pub struct Server {
+    dir: PathBuf,
+    socket: PathBuf,
+    token: Vec<u8>,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Starts a server for `spec` in a new private directory under `base` (default: the temp dir).
+    pub fn start(spec: JobSpec, base: Option<&Path>) -> Result<Server> {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        let token = random_token().map_err(io("reading /dev/urandom"))?;
+        let base = base
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        let dir = base.join(format!(
+            "openib-run-{}-{}",
+            std::process::id(),
+            hex(&token[..4])
+        ));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(format!("creating {}", dir.display())))?;
+        let socket = dir.join("sock");
+        let listener =
+            UnixListener::bind(&socket).map_err(io(format!("binding {}", socket.display())))?;
+        std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o600))
+            .map_err(io("chmod 0600 socket"))?;
+        let shared = Arc::new(Shared {
+            spec,
+            token: token.clone(),
+            uid: nix::unistd::getuid().as_raw(),
+            state: Mutex::new(ServerState::default()),
+            changed: Condvar::new(),
+        });
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("openib-rt-accept".into())
+            .spawn(move || accept_loop(listener, s))
+            .map_err(io("spawning the accept thread"))?;
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("openib-rt-timer".into())
+            .spawn(move || timer_loop(s))
+            .map_err(io("spawning the timer thread"))?;
+        tracing::debug!(socket = %socket.display(), "embedded runtime server listening");
+        Ok(Server {
+            dir,
+            socket,
+            token,
+            shared,
+        })
+    }
+
+    pub fn socket(&self) -> &Path {
+        &self.socket
+    }
+
+    /// The environment a process of rank `rank` needs to join the job.
+    pub fn env_for(&self, rank: u32) -> Vec<(String, String)> {
+        vec![
+            (SOCKET_ENV.into(), self.socket.display().to_string()),
+            (RANK_ENV.into(), rank.to_string()),
+            (TOKEN_ENV.into(), hex(&self.token)),
+            (
+                "OPENIB_RT_SIZE".into(),
+                self.shared.spec.nodes.len().to_string(),
+            ),
+            (
+                "OPENIB_RT_NODE".into(),
+                self.shared.spec.nodes[rank as usize].clone(),
+            ),
+        ]
+    }
+
+    /// Records that `rank`'s process exited (so peers waiting on it fail fast).
+    pub fn process_exited(&self, rank: u32) {
+        let mut st = self.shared.state.lock().expect("server lock");
+        if !st.finished.contains(&rank) && !st.dead.contains(&rank) {
+            mark_dead(&self.shared, &mut st, rank);
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+fn accept_loop(listener: UnixListener, shared: Arc<Shared>) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let s = shared.clone();
+        let _ = std::thread::Builder::new()
+            .name("openib-rt-conn".into())
+            .spawn(move || {
+                if let Err(e) = serve(stream, &s) {
+                    tracing::debug!(error = %e, "runtime connection ended");
+                }
+            });
+    }
+}
+
+fn serve(stream: UnixStream, shared: &Arc<Shared>) -> Result<()> {
+    let cred = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+        .map_err(|e| RuntimeError::Protocol(format!("cannot read peer credentials: {e}")))?;
+    if cred.uid() != shared.uid {
+        return Err(RuntimeError::Protocol(format!(
+            "rejected a connection from uid {} (job owner is uid {})",
+            cred.uid(),
+            shared.uid
+        )));
+    }
+    let mut reader = BufReader::new(stream.try_clone().map_err(io("cloning the socket"))?);
+    let Some(Msg::Hello { rank, token }) = read_frame(&mut reader).map_err(io("reading hello"))?
+    else {
+        return Err(RuntimeError::Protocol(
+            "first message was not a hello".into(),
+        ));
+    };
+    let size = shared.spec.nodes.len() as u32;
+    if token != shared.token || rank >= size {
+        return Err(RuntimeError::Protocol(format!(
+            "rejected hello from pid {} (rank {rank}, bad token or rank)",
+            cred.pid()
+        )));
+    }
+    let conn = Arc::new(Conn {
+        writer: Mutex::new(stream),
+    });
+    {
+        let mut st = shared.state.lock().expect("server lock");
+        if st.conns.contains_key(&rank) {
+            return Err(RuntimeError::Protocol(format!(
+                "rank {rank} connected twice"
+            )));
+        }
+        send(
+            &conn,
+            &Msg::Welcome {
+                nodes: shared.spec.nodes.clone(),
+            },
+        );
+        for m in st.undelivered.remove(&rank).unwrap_or_default() {
+            send(&conn, &m);
+        }
+        for &d in &st.dead {
+            send(&conn, &Msg::PeerGone { rank: d });
+        }
+        st.conns.insert(rank, conn.clone());
+    }
+    loop {
+        let msg = match read_frame(&mut reader) {
+            Ok(Some(m)) => m,
+            Ok(None) | Err(_) => break,
+        };
+        let mut st = shared.state.lock().expect("server lock");
+        match msg {
+            Msg::Commit { entries } => {
+                let store = st.store.entry(rank).or_default();
+                for e in entries {
+                    store.insert(e.key.clone(), e);
+                }
+                answer_waiters(shared, &mut st, false);
+            }
+            Msg::Route { to, payload } => {
+                let m = Msg::Routed {
+                    from: rank,
+                    payload,
+                };
+                match st.conns.get(&to) {
+                    Some(c) => send(c, &m),
+                    None if !st.dead.contains(&to) => st.undelivered.entry(to).or_default().push(m),
+                    None => {}
+                }
+            }
+            Msg::Get {
+                req,
+                rank: owner,
+                key,
+                timeout_ms,
+            } => {
+                let deadline = Instant::now() + Duration::from_millis(timeout_ms);
+                st.waiters.push(Waiter {
+                    requester: rank,
+                    req,
+                    rank: owner,
+                    key,
+                    deadline,
+                });
+                answer_waiters(shared, &mut st, false);
+            }
+            Msg::Bye => {
+                st.finished.insert(rank);
+                st.conns.remove(&rank);
+                return Ok(());
+            }
+            other => tracing::debug!(rank, msg = ?other, "unexpected message from a client"),
+        }
+    }
+    let mut st = shared.state.lock().expect("server lock");
+    st.conns.remove(&rank);
+    if !st.finished.contains(&rank) {
+        mark_dead(shared, &mut st, rank);
+    }
+    Ok(())
+}
+
+fn mark_dead(shared: &Shared, st: &mut ServerState, rank: u32) {
+    tracing::debug!(rank, "rank died (connection closed without goodbye)");
+    st.dead.insert(rank);
+    st.undelivered.remove(&rank);
+    for c in st.conns.values() {
+        send(c, &Msg::PeerGone { rank });
+    }
+    answer_waiters(shared, st, false);
+}
+
+/// Answers every waiter that can be answered now (found, owner dead, or, with `expire`, timed out).
+fn answer_waiters(shared: &Shared, st: &mut ServerState, expire: bool) {
+    let now = Instant::now();
+    let nodes = &shared.spec.nodes;
+    let mut keep = Vec::new();
+    for w in std::mem::take(&mut st.waiters) {
+        let visible = st
+            .store
+            .get(&w.rank)
+            .and_then(|s| s.get(&w.key))
+            .filter(|e| {
+                let same_node = nodes.get(w.rank as usize) == nodes.get(w.requester as usize);
+                match e.scope {
+                    Scope::Global => true,
+                    Scope::Local => same_node,
+                    Scope::Remote => !same_node,
+                }
+            });
+        let status = match visible {
+            Some(e) => Some(GetStatus::Found(e.value.clone())),
+            None if st.dead.contains(&w.rank) => Some(GetStatus::PeerFailed),
+            None if expire && now >= w.deadline => Some(GetStatus::Timeout),
+            None => None,
+        };
+        match status {
+            Some(status) => {
+                if let Some(c) = st.conns.get(&w.requester) {
+                    send(c, &Msg::GetReply { req: w.req, status });
+                }
+            }
+            None => keep.push(w),
+        }
+    }
+    st.waiters = keep;
+    shared.changed.notify_all();
+}
+
+fn timer_loop(shared: Arc<Shared>) {
+    loop {
+        std::thread::sleep(Duration::from_millis(20));
+        let Some(strong) = Arc::strong_count(&shared).checked_sub(1) else {
+            return;
+        };
+        let mut st = shared.state.lock().expect("server lock");
+        if strong == 0 && st.conns.is_empty() {
+            return;
+        }
+        if !st.waiters.is_empty() {
+            answer_waiters(&shared, &mut st, true);
+        }
+    }
+}
+
+fn send(conn: &Conn, m: &Msg) {
+    let mut w = conn.writer.lock().expect("writer lock");
+    if let Err(e) = write_frame(&mut *w, m) {
+        tracing::debug!(error = %e, "write to a client failed");
+    }
+}
+
+fn random_token() -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut t = vec![0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut t)?;
+    Ok(t)
+}
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Client
+
+enum Event {
+    Fence { from: u32, msg: FenceMsg },
+    PeerGone { rank: u32 },
+}
+
+struct ClientShared {
+    replies: Mutex<HashMap<u64, Sender<GetStatus>>>,
+    failed: Mutex<BTreeSet<u32>>,
+}
+
+/// A process's connection to the embedded runtime.
+pub struct Client {
+    info: JobInfo,
+    nodes: Vec<String>,
+    writer: Mutex<UnixStream>,
+    shared: Arc<ClientShared>,
+    events: Mutex<Receiver<Event>>,
+    /// Fence messages of later epochs that arrived early.
+    early: Mutex<Vec<(u32, FenceMsg)>>,
+    pending: Mutex<Vec<Entry>>,
+    committed: Mutex<Vec<Entry>>,
+    /// Values delivered by collecting fences: (rank, key) -> value.
+    cache: Mutex<HashMap<(u32, String), Vec<u8>>>,
+    epoch: AtomicU64,
+    next_req: AtomicU64,
+    fence_lock: Mutex<()>,
+    topology: Box<dyn Fn(&[u32]) -> Box<dyn FenceTopology> + Send + Sync>,
+}
+
+impl Client {
+    /// Joins the job described by `OPENIB_RT_SOCKET`, `OPENIB_RT_RANK` and `OPENIB_RT_TOKEN`.
+    pub fn connect_from_env() -> Result<Client> {
+        let var = |k: &str| {
+            std::env::var(k).map_err(|_| RuntimeError::Backend {
+                backend: "embedded",
+                what: format!("{k} is not set (start the job with `openib run`)"),
+            })
+        };
+        let socket = var(SOCKET_ENV)?;
+        let rank: u32 = var(RANK_ENV)?.parse().map_err(|_| RuntimeError::Backend {
+            backend: "embedded",
+            what: format!("{RANK_ENV} is not a number"),
+        })?;
+        let token = unhex(&var(TOKEN_ENV)?).ok_or_else(|| RuntimeError::Backend {
+            backend: "embedded",
+            what: format!("{TOKEN_ENV} is not hex"),
+        })?;
+        Self::connect(Path::new(&socket), rank, token)
+    }
+
+    /// Joins the job at `socket` as `rank`.
+    pub fn connect(socket: &Path, rank: u32, token: Vec<u8>) -> Result<Client> {
+        let stream = UnixStream::connect(socket)
+            .map_err(io(format!("connecting to {}", socket.display())))?;
+        let mut reader = BufReader::new(stream.try_clone().map_err(io("cloning the socket"))?);
+        let mut writer = stream;
+        write_frame(&mut writer, &Msg::Hello { rank, token }).map_err(io("sending hello"))?;
+        let nodes = match read_frame(&mut reader).map_err(io("reading welcome"))? {
+            Some(Msg::Welcome { nodes }) => nodes,
+            _ => {
+                return Err(RuntimeError::Protocol(
+                    "the server refused this process (bad token or rank?)".into(),
+                ))
+            }
+        };
+        let size = nodes.len() as u32;
+        if rank >= size {
+            return Err(RuntimeError::BadRank { rank, size });
+        }
+        let node = nodes[rank as usize].clone();
+        let local_peers: Vec<u32> = (0..size).filter(|&r| nodes[r as usize] == node).collect();
+        let local_rank = local_peers
+            .iter()
+            .position(|&r| r == rank)
+            .expect("self is local") as u32;
+        let info = JobInfo {
+            rank,
+            size,
+            node,
+            local_rank,
+            local_peers,
+            backend: "embedded".into(),
+        };
+        let shared = Arc::new(ClientShared {
+            replies: Mutex::new(HashMap::new()),
+            failed: Mutex::new(BTreeSet::new()),
+        });
+        let (tx, rx) = mpsc::channel();
+        let s = shared.clone();
+        std::thread::Builder::new()
+            .name("openib-rt-client".into())
+            .spawn(move || client_reader(reader, s, tx))
+            .map_err(io("spawning the client reader"))?;
+        Ok(Client {
+            info,
+            nodes,
+            writer: Mutex::new(writer),
+            shared,
+            events: Mutex::new(rx),
+            early: Mutex::new(Vec::new()),
+            pending: Mutex::new(Vec::new()),
+            committed: Mutex::new(Vec::new()),
+            cache: Mutex::new(HashMap::new()),
+            epoch: AtomicU64::new(0),
+            next_req: AtomicU64::new(1),
+            fence_lock: Mutex::new(()),
+            topology: Box::new(|members: &[u32]| Box::new(Star::new(members.to_vec()))),
+        })
+    }
+
+    fn send(&self, m: &Msg) -> Result<()> {
+        write_frame(&mut *self.writer.lock().expect("writer lock"), m)
+            .map_err(io("writing to the runtime server"))
+    }
+
+    fn visible_to_me(&self, owner: u32, scope: Scope) -> bool {
+        let same = self.nodes.get(owner as usize) == Some(&self.info.node);
+        match scope {
+            Scope::Global => true,
+            Scope::Local => same,
+            Scope::Remote => !same,
+        }
+    }
+
+    fn run_fence(&self, collect: bool, timeout: Duration) -> Result<()> {
+        let _one_at_a_time = self.fence_lock.lock().expect("fence lock");
+        let epoch = self.epoch.fetch_add(1, Ordering::SeqCst) + 1;
+        let members: Vec<u32> = (0..self.info.size).collect();
+        let topo = (self.topology)(&members);
+        let contribution = if collect {
+            self.committed.lock().expect("committed").clone()
+        } else {
+            Vec::new()
+        };
+        let deadline = Instant::now() + timeout;
+        let (mut machine, mut outs) =
+            FenceMachine::start(self.info.rank, epoch, topo.as_ref(), contribution, deadline);
+        // Messages of this epoch that arrived during an earlier fence.
+        let mut backlog: Vec<(u32, FenceMsg)> = Vec::new();
+        self.early.lock().expect("early").retain(|(from, m)| {
+            if m.epoch() == epoch {
+                backlog.push((*from, m.clone()));
+                false
+            } else {
+                m.epoch() > epoch
+            }
+        });
+        for &r in self.shared.failed.lock().expect("failed").iter() {
+            outs.extend(machine.handle(FenceIn::PeerGone { rank: r }));
+        }
+        for (from, msg) in backlog {
+            outs.extend(machine.handle(FenceIn::Msg { from, msg }));
+        }
+        let events = self.events.lock().expect("events");
+        loop {
+            for o in std::mem::take(&mut outs) {
+                match o {
+                    FenceOut::Send { to, msg } => self.send(&Msg::Route {
+                        to,
+                        payload: msg.encode(),
+                    })?,
+                    FenceOut::Done { data } => {
+                        if collect {
+                            let mut cache = self.cache.lock().expect("cache");
+                            for (rank, entries) in data {
+                                for e in entries
+                                    .into_iter()
+                                    .filter(|e| self.visible_to_me(rank, e.scope))
+                                {
+                                    cache.insert((rank, e.key), e.value);
+                                }
+                            }
+                        }
+                        return Ok(());
+                    }
+                    FenceOut::Failed { missing } => {
+                        let failed = self.shared.failed.lock().expect("failed");
+                        return Err(
+                            if !missing.is_empty() && missing.iter().all(|r| failed.contains(r)) {
+                                RuntimeError::PeerFailed { ranks: missing }
+                            } else {
+                                RuntimeError::FenceTimeout { timeout, missing }
+                            },
+                        );
+                    }
+                }
+            }
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(100))
+                .max(Duration::from_millis(1));
+            match events.recv_timeout(wait) {
+                Ok(Event::Fence { from, msg }) if msg.epoch() == epoch => {
+                    outs.extend(machine.handle(FenceIn::Msg { from, msg }))
+                }
+                Ok(Event::Fence { from, msg }) => {
+                    if msg.epoch() > epoch {
+                        self.early.lock().expect("early").push((from, msg));
+                    }
+                }
+                Ok(Event::PeerGone { rank }) => {
+                    outs.extend(machine.handle(FenceIn::PeerGone { rank }))
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(RuntimeError::Backend {
+                        backend: "embedded",
+                        what: "the runtime server went away".into(),
+                    })
+                }
+            }
+            outs.extend(machine.handle(FenceIn::Tick {
+                now: Instant::now(),
+            }));
+        }
+    }
+}
+
+fn client_reader(
+    mut reader: BufReader<UnixStream>,
+    shared: Arc<ClientShared>,
+    events: Sender<Event>,
+) {
+    while let Ok(Some(m)) = read_frame(&mut reader) {
+        match m {
+            Msg::Routed { from, payload } => match FenceMsg::decode(&payload) {
+                Ok(msg) => {
+                    let _ = events.send(Event::Fence { from, msg });
+                }
+                Err(e) => tracing::warn!(from, error = %e, "undecodable fence message dropped"),
+            },
+            Msg::GetReply { req, status } => {
+                if let Some(tx) = shared.replies.lock().expect("replies").remove(&req) {
+                    let _ = tx.send(status);
+                }
+            }
+            Msg::PeerGone { rank } => {
+                shared.failed.lock().expect("failed").insert(rank);
+                let _ = events.send(Event::PeerGone { rank });
+            }
+            other => tracing::debug!(msg = ?other, "unexpected message from the server"),
+        }
+    }
+}
+
+impl Runtime for Client {
+    fn info(&self) -> &JobInfo {
+        &self.info
+    }
+
+    fn node_of(&self, rank: u32) -> Result<String> {
+        self.nodes
+            .get(rank as usize)
+            .cloned()
+            .ok_or(RuntimeError::BadRank {
+                rank,
+                size: self.info.size,
+            })
+    }
+
+    fn put(&self, scope: Scope, key: &str, value: &[u8]) -> Result<()> {
+        self.pending.lock().expect("pending").push(Entry {
+            scope,
+            key: key.to_string(),
+            value: value.to_vec(),
+        });
+        Ok(())
+    }
+
+    fn commit(&self) -> Result<()> {
+        let entries = std::mem::take(&mut *self.pending.lock().expect("pending"));
+        self.send(&Msg::Commit {
+            entries: entries.clone(),
+        })?;
+        let mut c = self.committed.lock().expect("committed");
+        for e in entries {
+            c.retain(|x| x.key != e.key);
+            c.push(e);
+        }
+        Ok(())
+    }
+
+    fn fence(&self, collect: bool, timeout: Duration) -> Result<()> {
+        self.run_fence(collect, timeout)
+    }
+
+    fn get(&self, rank: u32, key: &str, timeout: Duration) -> Result<Vec<u8>> {
+        if rank >= self.info.size {
+            return Err(RuntimeError::BadRank {
+                rank,
+                size: self.info.size,
+            });
+        }
+        if rank == self.info.rank {
+            let own = |v: &Vec<Entry>| {
+                v.iter()
+                    .rev()
+                    .find(|e| e.key == key)
+                    .map(|e| e.value.clone())
+            };
+            return own(&self.pending.lock().expect("pending"))
+                .or_else(|| own(&self.committed.lock().expect("committed")))
+                .ok_or_else(|| RuntimeError::NotFound {
+                    rank,
+                    key: key.into(),
+                });
+        }
+        if let Some(v) = self
+            .cache
+            .lock()
+            .expect("cache")
+            .get(&(rank, key.to_string()))
+        {
+            return Ok(v.clone());
+        }
+        let req = self.next_req.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = mpsc::channel();
+        self.shared.replies.lock().expect("replies").insert(req, tx);
+        self.send(&Msg::Get {
+            req,
+            rank,
+            key: key.into(),
+            timeout_ms: timeout.as_millis() as u64,
+        })?;
+        let status = rx
+            .recv_timeout(timeout + Duration::from_secs(5))
+            .unwrap_or(GetStatus::Timeout);
+        self.shared.replies.lock().expect("replies").remove(&req);
+        match status {
+            GetStatus::Found(v) => {
+                self.cache
+                    .lock()
+                    .expect("cache")
+                    .insert((rank, key.into()), v.clone());
+                Ok(v)
+            }
+            GetStatus::Timeout => Err(RuntimeError::GetTimeout {
+                rank,
+                key: key.into(),
+                timeout,
+            }),
+            GetStatus::PeerFailed => Err(RuntimeError::PeerFailed { ranks: vec![rank] }),
+        }
+    }
+
+    fn failed(&self) -> Vec<u32> {
+        self.shared
+            .failed
+            .lock()
+            .expect("failed")
+            .iter()
+            .copied()
+            .collect()
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.send(&Msg::Bye);
+    }
+}
+
+/// Block distribution of `size` ranks over `nodes` emulated nodes: node i holds a contiguous
+/// range, the first `size % nodes` nodes one rank more. Node names: the host name when there
+/// is one node, else `HOST-nodeI`.
+pub fn node_names(size: u32, nodes: u32, host: &str) -> Vec<String> {
+    let nodes = nodes.clamp(1, size.max(1));
+    let (base, extra) = (size / nodes, size % nodes);
+    let mut out = Vec::with_capacity(size as usize);
+    for n in 0..nodes {
+        let count = base + u32::from(n < extra);
+        let name = if nodes == 1 {
+            host.to_string()
+        } else {
+            format!("{host}-node{n}")
+        };
+        out.extend(std::iter::repeat_n(name, count as usize));
+    }
+    out
+}
+
+/// Group ranks by node (for reports).
+pub fn ranks_by_node(nodes: &[String]) -> BTreeMap<String, Vec<u32>> {
+    let mut m: BTreeMap<String, Vec<u32>> = BTreeMap::new();
+    for (r, n) in nodes.iter().enumerate() {
+        m.entry(n.clone()).or_default().push(r as u32);
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(size: u32, nodes: u32) -> (Server, Vec<Client>) {
+        let server = Server::start(
+            JobSpec {
+                nodes: node_names(size, nodes, "h"),
+            },
+            None,
+        )
+        .unwrap();
+        let clients = (0..size)
+            .map(|r| Client::connect(server.socket(), r, server.token.clone()).unwrap())
+            .collect();
+        (server, clients)
+    }
+
+    fn in_threads<T: Send>(clients: &[Client], f: impl Fn(&Client) -> T + Sync) -> Vec<T> {
+        std::thread::scope(|s| {
+            let hs: Vec<_> = clients.iter().map(|c| s.spawn(|| f(c))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        })
+    }
+
+    #[test]
+    fn node_names_split_ranks_in_blocks() {
+        assert_eq!(
+            node_names(5, 2, "h"),
+            ["h-node0", "h-node0", "h-node0", "h-node1", "h-node1"]
+        );
+        assert_eq!(node_names(2, 1, "h"), ["h", "h"]);
+        assert_eq!(node_names(2, 4, "h"), ["h-node0", "h-node1"]);
+    }
+
+    #[test]
+    fn collecting_fence_delivers_every_value_respecting_scope() {
+        let (_s, clients) = job(6, 2);
+        let ok = in_threads(&clients, |c| {
+            let r = c.info().rank;
+            c.put(Scope::Global, "g", &[r as u8]).unwrap();
+            c.put(Scope::Local, "l", &[r as u8 + 100]).unwrap();
+            c.commit().unwrap();
+            c.fence(true, Duration::from_secs(20)).unwrap();
+            for peer in 0..6u32 {
+                assert_eq!(
+                    c.get(peer, "g", Duration::from_millis(1)).unwrap(),
+                    vec![peer as u8]
+                );
+                let local = c.node_of(peer).unwrap() == c.info().node;
+                let got = c.get(peer, "l", Duration::from_millis(50));
+                if local {
+                    assert_eq!(got.unwrap(), vec![peer as u8 + 100]);
+                } else {
+                    assert!(
+                        got.is_err(),
+                        "local-scope value of rank {peer} leaked to rank {r}"
+                    );
+                }
+            }
+            true
+        });
+        assert!(ok.iter().all(|&b| b));
+        assert_eq!(clients[4].info().local_peers, vec![3, 4, 5]);
+        assert_eq!(clients[4].info().local_rank, 1);
+    }
+
+    #[test]
+    fn on_demand_get_after_a_plain_fence() {
+        let (_s, clients) = job(3, 1);
+        in_threads(&clients, |c| {
+            c.put(Scope::Global, "k", format!("v{}", c.info().rank).as_bytes())
+                .unwrap();
+            c.commit().unwrap();
+            c.fence(false, Duration::from_secs(20)).unwrap();
+            for peer in 0..3 {
+                assert_eq!(
+                    c.get(peer, "k", Duration::from_secs(5)).unwrap(),
+                    format!("v{peer}").into_bytes()
+                );
+            }
+        });
+    }
+
+    #[test]
+    fn a_peer_that_never_arrives_fails_the_fence_naming_it() {
+        let server = Server::start(
+            JobSpec {
+                nodes: node_names(3, 1, "h"),
+            },
+            None,
+        )
+        .unwrap();
+        let a = Client::connect(server.socket(), 0, server.token.clone()).unwrap();
+        let b = Client::connect(server.socket(), 1, server.token.clone()).unwrap();
+        let res = in_threads(&[a, b], |c| c.fence(true, Duration::from_millis(500)));
+        for r in res {
+            match r {
+                Err(RuntimeError::FenceTimeout { missing, .. }) => assert_eq!(missing, vec![2]),
+                other => panic!("expected a fence timeout naming rank 2, got {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn get_of_a_missing_key_times_out() {
+        let (_s, clients) = job(2, 1);
+        let t = Instant::now();
+        let e = clients[0]
+            .get(1, "nothing", Duration::from_millis(200))
+            .unwrap_err();
+        assert!(matches!(e, RuntimeError::GetTimeout { rank: 1, .. }), "{e}");
+        assert!(t.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_dead_peer_is_reported_to_waiters() {
+        let (_s, mut clients) = job(2, 1);
+        let dead = clients.pop().unwrap();
+        // Dying without a goodbye: leak the Bye by forgetting the client after closing its socket.
+        dead.writer
+            .lock()
+            .unwrap()
+            .shutdown(std::net::Shutdown::Both)
+            .unwrap();
+        std::mem::forget(dead);
+        let e = clients[0].get(1, "k", Duration::from_secs(10)).unwrap_err();
+        assert!(matches!(e, RuntimeError::PeerFailed { .. }), "{e}");
+        let e = clients[0]
+            .fence(false, Duration::from_secs(10))
+            .unwrap_err();
+        assert!(
+            matches!(e, RuntimeError::PeerFailed { ref ranks } if ranks == &vec![1]),
+            "{e}"
+        );
+        assert_eq!(clients[0].failed(), vec![1]);
+    }
+
+    #[test]
+    fn bad_token_is_refused() {
+        let server = Server::start(
+            JobSpec {
+                nodes: node_names(1, 1, "h"),
+            },
+            None,
+        )
+        .unwrap();
+        assert!(Client::connect(server.socket(), 0, vec![0; 16]).is_err());
+        let mode = std::fs::metadata(server.socket()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+    }
+}

@@ -1,7 +1,6 @@
 //! The `openib` command line: one module per subcommand, each returning the process exit code.
 
 pub mod events;
-pub mod modex;
 pub mod ports;
 pub mod run;
 pub mod selftest;

@@ -7,6 +7,16 @@
 
 use serde::Serialize;
 
+pub mod config;
+pub mod pairing;
+pub mod query;
+pub mod select;
+
+pub use config::{adverts, evaluate, CpcConfig, CpcConfigError};
+pub use pairing::{pair_ports, PortPair, PortView};
+pub use query::{query, HostFacts, Unusable};
+pub use select::{initiator, ranked, select, Advert, Side, Winner};
+
 /// A CPC's identity. The discriminant is the index carried in CPC records on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]

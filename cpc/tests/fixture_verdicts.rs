@@ -1,0 +1,105 @@
+//! CPC verdicts on the fixture ports: each refusal carries its reason.
+
+use openib_cpc::*;
+use openib_ports::{derive, DeriveConfig, Topology};
+
+fn ports(name: &str) -> Vec<openib_ports::Port> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/fixtures")
+        .join(name);
+    derive(
+        &Topology::from_fixture_file(&path).unwrap(),
+        &DeriveConfig::default(),
+    )
+    .ports
+}
+
+fn verdict(v: &[(CpcId, Result<Advert, Unusable>)], c: CpcId) -> &Result<Advert, Unusable> {
+    &v.iter().find(|(id, _)| *id == c).unwrap().1
+}
+
+#[test]
+fn roce_port_on_a_modern_kernel() {
+    let p = &ports("roce.json")[0];
+    let host = HostFacts {
+        rdmacm: Ok(()),
+        ucm: false,
+        kernel: "6.1.0".into(),
+    };
+    let v = evaluate(p, true, &host, &CpcConfig::default());
+    assert!(
+        verdict(&v, CpcId::Oob).is_ok(),
+        "oob works on RoCE (it carries the GID)"
+    );
+    assert!(
+        verdict(&v, CpcId::Udcm).is_ok(),
+        "udcm works on RoCE (address handles from GIDs)"
+    );
+    assert!(verdict(&v, CpcId::Rdmacm).is_ok());
+    assert!(matches!(
+        verdict(&v, CpcId::Ibcm),
+        Err(Unusable::NotInfiniBand { .. })
+    ));
+    assert!(
+        verdict(&v, CpcId::Xoob).is_ok(),
+        "the fixture's ConnectX has XRC"
+    );
+    let ads = adverts(&v);
+    assert_eq!(
+        select(&ads, &ads).map(|w| w.index),
+        Some(CpcId::Udcm.index()),
+        "udcm has the highest default priority"
+    );
+}
+
+#[test]
+fn missing_ip_ucm_and_librdmacm_are_reasons() {
+    let ib = &ports("ib-dual-port.json")[0];
+    let host = HostFacts {
+        rdmacm: Err("librdmacm.so.1: cannot open".into()),
+        ucm: false,
+        kernel: "6.1.0".into(),
+    };
+    let v = evaluate(ib, false, &host, &CpcConfig::default());
+    let e = verdict(&v, CpcId::Ibcm).as_ref().unwrap_err().to_string();
+    assert!(e.contains("5.3") && e.contains("6.1.0"), "{e}");
+    let e = verdict(&v, CpcId::Rdmacm).as_ref().unwrap_err().to_string();
+    assert!(e.contains("librdmacm"), "{e}");
+    let host = HostFacts {
+        rdmacm: Ok(()),
+        ..host
+    };
+    let v = evaluate(ib, false, &host, &CpcConfig::default());
+    assert!(matches!(
+        verdict(&v, CpcId::Rdmacm),
+        Err(Unusable::NoIpAddress { .. })
+    ));
+}
+
+#[test]
+fn a_down_port_offers_nothing_and_says_why() {
+    let down = &ports("port-down.json")[1];
+    let v = evaluate(down, true, &HostFacts::everything(), &CpcConfig::default());
+    for (c, r) in &v {
+        assert!(
+            matches!(r, Err(Unusable::PortNotUsable { reason }) if reason.contains("DOWN")),
+            "{c}: {r:?}"
+        );
+    }
+}
+
+#[test]
+fn include_lists_force_a_cpc() {
+    let p = &ports("roce.json")[0];
+    let cfg = CpcConfig::parse(Some("rdmacm"), None, None).unwrap();
+    let v = evaluate(p, true, &HostFacts::everything(), &cfg);
+    let ads = adverts(&v);
+    assert_eq!(
+        ads.iter().map(|a| a.index).collect::<Vec<_>>(),
+        vec![CpcId::Rdmacm.index()]
+    );
+    assert!(matches!(
+        verdict(&v, CpcId::Udcm),
+        Err(Unusable::Excluded { .. })
+    ));
+}

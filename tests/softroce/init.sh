@@ -17,6 +17,7 @@
 #   NET=veth|socket   GUEST_IP=a.b.c.d/nn   GUEST_MAC=52:54:..  GUEST_HOSTNAME=name
 #   RXE_DOWN=0|1      MODE=run|shell        ADD_HOSTS="ip=name ..."
 #   HOSTROOT_CACHE=none|loose|mmap|fscache (9p cache mode of the host root)
+#   GUEST_TIMEOUT=seconds (a last-resort limit for the command)
 
 /bin/busybox mkdir -p /bin /proc /sys /dev /job /host
 /bin/busybox --install -s /bin
@@ -162,7 +163,9 @@ if [ "$MODE" = shell ]; then
 fi
 
 say "command started"
-chroot /host /usr/bin/env -i /bin/bash /run/openib-job/run.sh \
+# The host kills the guest at its --timeout; GUEST_TIMEOUT (a bit later) is
+# for a host side that died without doing so.
+timeout -s KILL "${GUEST_TIMEOUT:-3600}" chroot /host /usr/bin/env -i /bin/bash /run/openib-job/run.sh \
     </dev/null >/job/stdout 2>/job/stderr
 rc=$?
 echo "$rc" >/job/rc.tmp && mv /job/rc.tmp /job/rc

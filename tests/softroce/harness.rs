@@ -87,6 +87,7 @@ pub fn try_guest_run(args: &[&str], cmd: &[&str]) -> Result<Output, String> {
     try_prepare()?;
     let out = Command::new(guest_script())
         .arg("run")
+        .args(tmp_shares())
         .args(args)
         .arg("--")
         .args(cmd)
@@ -101,6 +102,32 @@ pub fn try_guest_run(args: &[&str], cmd: &[&str]) -> Result<Output, String> {
         )),
         Some(_) => Ok(out),
     }
+}
+
+/// `--share DIR` for the checkout and the test binaries' target directory when they live under
+/// /tmp (which the guest replaces with its own tmpfs), so CI may clone anywhere.
+fn tmp_shares() -> Vec<String> {
+    let mut dirs = vec![PathBuf::from(env!("CARGO_MANIFEST_DIR"))];
+    if let Ok(exe) = std::env::current_exe() {
+        // target/<profile>/deps/<test>: share the target directory.
+        if let Some(t) = exe.ancestors().nth(3) {
+            dirs.push(t.to_path_buf());
+        }
+    }
+    let mut out = Vec::new();
+    for d in dirs {
+        let Ok(d) = d.canonicalize() else { continue };
+        let mut comps = d.components();
+        let (Some(_root), Some(first), Some(second)) = (comps.next(), comps.next(), comps.next()) else { continue };
+        if first.as_os_str() == "tmp" {
+            let top = PathBuf::from("/tmp").join(second.as_os_str()).display().to_string();
+            if !out.contains(&top) {
+                out.push("--share".to_string());
+                out.push(top);
+            }
+        }
+    }
+    out
 }
 
 /// Like `try_guest_run`, but panics (failing the test) on a harness failure.

@@ -86,7 +86,13 @@ mount -t devtmpfs devtmpfs $H/dev || fail "mount devtmpfs in the chroot"
 mkdir -p $H/dev/pts $H/dev/shm
 mount -t devpts -o gid=5,mode=620,ptmxmode=666 devpts $H/dev/pts || fail "mount devpts"
 mount -t tmpfs -o mode=1777 tmpfs $H/dev/shm || fail "mount /dev/shm"
+# Keep the host's /tmp reachable for --share before the guest's own tmpfs hides it.
+mkdir -p /hosttmp
+mount -o bind $H/tmp /hosttmp || fail "bind the host /tmp aside"
 mount -t tmpfs -o mode=1777 tmpfs $H/tmp || fail "mount /tmp"
+for d in $TMP_SHARES; do
+    mkdir -p "$H$d" && mount -o bind "/hosttmp${d#/tmp}" "$H$d" || fail "share $d into the guest"
+done
 mount -t tmpfs -o mode=755 tmpfs $H/run || fail "mount /run"
 ln -sfn /proc/self/fd $H/dev/fd
 ln -sfn /proc/self/fd/0 $H/dev/stdin

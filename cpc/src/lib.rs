@@ -8,11 +8,13 @@
 use serde::Serialize;
 
 pub mod config;
+pub mod handshake;
 pub mod pairing;
 pub mod query;
 pub mod select;
 
 pub use config::{adverts, evaluate, CpcConfig, CpcConfigError};
+pub use handshake::{Handshake, Hello, HsError, HsIn, HsOut, QpAddress, Retry};
 pub use pairing::{pair_ports, PortPair, PortView};
 pub use query::{query, HostFacts, Unusable};
 pub use select::{initiator, ranked, select, Advert, Side, Winner};

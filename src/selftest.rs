@@ -285,7 +285,11 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
         cfg.timeout,
     )?);
 
-    // 6. Ping-pong latency (informational; never a pass/fail criterion).
+    // 6. The udcm CPC end to end: two UD services on this port exchange Hellos, each side
+    // creates and connects one RC queue pair, and a message crosses the new connection.
+    steps.push(udcm_loopback(&ctx, port, gid_index, caps, cfg.timeout));
+
+    // 7. Ping-pong latency (informational; never a pass/fail criterion).
     let latency_us = ping_pong(&a, &b, &mr_a, &mr_b, cfg.iterations, &mut poller).ok();
 
     Ok(SelftestReport {
@@ -407,6 +411,99 @@ fn srq_and_channel(
         ),
         (Err(e), _) | (_, Err(e)) => check("srq_channel", false, e),
     })
+}
+
+fn udcm_loopback(ctx: &Context, port: u8, gid_index: u32, caps: QpCaps, timeout: Duration) -> Step {
+    match udcm_loopback_inner(ctx, port, gid_index, caps, timeout) {
+        Ok(detail) => check("udcm_connect", true, detail),
+        Err(e) => check("udcm_connect", false, e),
+    }
+}
+
+fn udcm_loopback_inner(
+    ctx: &Context,
+    port: u8,
+    gid_index: u32,
+    caps: QpCaps,
+    timeout: Duration,
+) -> Result<String, String> {
+    use openib_cpc::{Connector, LocalPort, Retry, UdcmService};
+    let e = |e: openib_sys::Error| e.to_string();
+    let (lp0, lp1) = (
+        LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+        LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+    );
+    let (ud0, ud1) = (
+        UdcmService::new(&lp0).map_err(e)?,
+        UdcmService::new(&lp1).map_err(e)?,
+    );
+    let (a0, a1) = (ud0.address(), ud1.address());
+    let mut c0 = Connector::new(0, lp0.clone(), ud0, Retry::default());
+    let mut c1 = Connector::new(1, lp1.clone(), ud1, Retry::default());
+    c0.add_peer(1, a1);
+    c1.add_peer(0, a0);
+    let start = Instant::now();
+    c0.connect(1, 0, start);
+    let (mut e0, mut e1) = (Vec::new(), Vec::new());
+    while e0.is_empty() || e1.is_empty() {
+        let now = Instant::now();
+        c0.progress(now).map_err(e)?;
+        c1.progress(now).map_err(e)?;
+        e0.extend(c0.take_established());
+        e1.extend(c1.take_established());
+        if let Some((peer, _, err)) = c0.take_failed().into_iter().chain(c1.take_failed()).next() {
+            return Err(format!("connection to rank {peer} failed: {err}"));
+        }
+        if now.duration_since(start) > timeout {
+            return Err(format!("udcm handshake did not finish within {timeout:?}"));
+        }
+    }
+    let connect_us = start.elapsed().as_secs_f64() * 1e6;
+    let (q0, q1) = (&e0[0], &e1[0]);
+    if q0.remote.qp_num != q1.local.qp_num || q1.remote.qp_num != q0.local.qp_num {
+        return Err(format!(
+            "the two sides disagree: {:?}/{:?} vs {:?}/{:?}",
+            q0.local, q0.remote, q1.local, q1.remote
+        ));
+    }
+    let mut src = MemoryRegion::alloc(&lp0.pd, 64, Access::ALL).map_err(e)?;
+    let dst = MemoryRegion::alloc(&lp1.pd, 64, Access::ALL).map_err(e)?;
+    let msg = b"over a udcm-made connection";
+    src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    q1.qp
+        .post_recv(&RecvRequest {
+            wr_id: 7,
+            sges: vec![dst.sge(0, 64).map_err(e)?],
+        })
+        .map_err(e)?;
+    q0.qp
+        .post_send(&SendRequest {
+            wr_id: 8,
+            op: SendOp::Send,
+            sges: vec![src.sge(0, msg.len()).map_err(e)?],
+            signaled: true,
+            inline: false,
+        })
+        .map_err(e)?;
+    Poller {
+        cq: &lp1.recv_cq,
+        timeout,
+        pending: Vec::new(),
+    }
+    .wait(7)?;
+    Poller {
+        cq: &lp0.send_cq,
+        timeout,
+        pending: Vec::new(),
+    }
+    .wait(8)?;
+    if &dst.as_slice()[..msg.len()] != msg {
+        return Err("the message arrived corrupted".into());
+    }
+    Ok(format!(
+        "qp {} <-> qp {} in {connect_us:.0} us, message delivered",
+        q0.local.qp_num, q1.local.qp_num
+    ))
 }
 
 fn check(name: &'static str, ok: bool, detail: impl Into<String>) -> Step {

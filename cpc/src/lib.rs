@@ -9,15 +9,21 @@ use serde::Serialize;
 
 pub mod config;
 pub mod handshake;
+pub mod manager;
 pub mod pairing;
 pub mod query;
+pub mod rc;
 pub mod select;
+pub mod udcm;
 
 pub use config::{adverts, evaluate, CpcConfig, CpcConfigError};
 pub use handshake::{Handshake, Hello, HsError, HsIn, HsOut, QpAddress, Retry};
+pub use manager::{ConnectError, Connection, Connector, HelloTransport};
 pub use pairing::{pair_ports, PortPair, PortView};
 pub use query::{query, HostFacts, Unusable};
+pub use rc::LocalPort;
 pub use select::{initiator, ranked, select, Advert, Side, Winner};
+pub use udcm::{UdAddress, UdcmService};
 
 /// A CPC's identity. The discriminant is the index carried in CPC records on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]

@@ -103,7 +103,11 @@ pub(crate) fn get(ctx: &Context) -> Result<AsyncEvent> {
 pub(crate) fn poll(ctx: &Context, timeout: std::time::Duration) -> Result<Option<AsyncEvent>> {
     // SAFETY: `raw` is a live context; async_fd is a plain integer field.
     let fd = unsafe { (*ctx.raw()).async_fd };
-    let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
     let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
     // SAFETY: one valid pollfd.
     let n = unsafe { libc::poll(&mut pfd, 1, ms) };

@@ -248,7 +248,10 @@ impl Context {
     }
 
     /// Waits up to `timeout` for the next asynchronous event; `None` if none came.
-    pub fn poll_async_event(&self, timeout: std::time::Duration) -> Result<Option<crate::AsyncEvent>> {
+    pub fn poll_async_event(
+        &self,
+        timeout: std::time::Duration,
+    ) -> Result<Option<crate::AsyncEvent>> {
         crate::async_event::poll(self, timeout)
     }
 }

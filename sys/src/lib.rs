@@ -15,6 +15,7 @@
 
 pub mod ffi;
 
+mod ah;
 mod async_event;
 mod channel;
 mod context;
@@ -28,6 +29,7 @@ mod pd;
 mod qp;
 mod srq;
 
+pub use ah::{AddressHandle, Destination};
 pub use async_event::{AsyncEvent, AsyncEventKind};
 pub use channel::CompletionChannel;
 pub use context::{Context, DeviceAttr, GidEntry, PortAttr};
@@ -38,7 +40,7 @@ pub use library::{rdmacm, verbs, RDMACM_SONAME, VERBS_SONAME};
 pub use mr::{Access, MemoryRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    AhAttr, QpAttr, QpCaps, RcParams, RemoteAddress, QpInitAttrs, QpState, QpType, QueuePair, RecvRequest, SendOp,
-    SendRequest, Sge,
+    AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RcParams, RecvRequest,
+    RemoteAddress, SendOp, SendRequest, Sge,
 };
 pub use srq::SharedReceiveQueue;

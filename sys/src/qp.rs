@@ -462,12 +462,20 @@ impl QueuePair {
             qp_access_flags: access.0,
             ..Default::default()
         };
-        self.modify(&attr, v::IBV_QP_STATE | v::IBV_QP_PKEY_INDEX | v::IBV_QP_PORT | v::IBV_QP_ACCESS_FLAGS)
+        self.modify(
+            &attr,
+            v::IBV_QP_STATE | v::IBV_QP_PKEY_INDEX | v::IBV_QP_PORT | v::IBV_QP_ACCESS_FLAGS,
+        )
     }
 
     /// INIT -> RTR toward `remote`, then RTR -> RTS: an RC queue pair ready to send.
     pub fn connect_rc(&self, remote: &RemoteAddress, p: &RcParams) -> Result<()> {
-        let mut ah = v::ibv_ah_attr { dlid: remote.lid, sl: p.service_level, port_num: p.port, ..Default::default() };
+        let mut ah = v::ibv_ah_attr {
+            dlid: remote.lid,
+            sl: p.service_level,
+            port_num: p.port,
+            ..Default::default()
+        };
         if let Some(gid) = remote.gid {
             ah.is_global = 1;
             ah.grh.dgid = v::ibv_gid { raw: gid };
@@ -505,12 +513,103 @@ impl QueuePair {
         };
         self.modify(
             &rts,
-            v::IBV_QP_STATE | v::IBV_QP_TIMEOUT | v::IBV_QP_RETRY_CNT | v::IBV_QP_RNR_RETRY | v::IBV_QP_SQ_PSN | v::IBV_QP_MAX_QP_RD_ATOMIC,
+            v::IBV_QP_STATE
+                | v::IBV_QP_TIMEOUT
+                | v::IBV_QP_RETRY_CNT
+                | v::IBV_QP_RNR_RETRY
+                | v::IBV_QP_SQ_PSN
+                | v::IBV_QP_MAX_QP_RD_ATOMIC,
         )
+    }
+
+    /// A UD queue pair: RESET -> INIT -> RTR -> RTS on `port` with `qkey`.
+    pub fn to_rts_ud(&self, port: u8, pkey_index: u16, qkey: u32) -> Result<()> {
+        let init = QpAttr {
+            qp_state: v::IBV_QPS_INIT,
+            pkey_index,
+            port_num: port,
+            qkey,
+            ..Default::default()
+        };
+        self.modify(
+            &init,
+            v::IBV_QP_STATE | v::IBV_QP_PKEY_INDEX | v::IBV_QP_PORT | v::IBV_QP_QKEY,
+        )?;
+        self.modify(
+            &QpAttr {
+                qp_state: v::IBV_QPS_RTR,
+                ..Default::default()
+            },
+            v::IBV_QP_STATE,
+        )?;
+        self.modify(
+            &QpAttr {
+                qp_state: v::IBV_QPS_RTS,
+                sq_psn: 0,
+                ..Default::default()
+            },
+            v::IBV_QP_STATE | v::IBV_QP_SQ_PSN,
+        )
+    }
+
+    /// Posts a UD send of `sges` to `remote_qpn` through `ah` (signaled).
+    pub fn post_send_ud(
+        &self,
+        wr_id: u64,
+        ah: &crate::AddressHandle,
+        remote_qpn: u32,
+        qkey: u32,
+        sges: &[Sge],
+    ) -> Result<()> {
+        let mut list: Vec<v::ibv_sge> = sges
+            .iter()
+            .map(|s| v::ibv_sge {
+                addr: s.addr,
+                length: s.length,
+                lkey: s.lkey,
+            })
+            .collect();
+        let mut wr = v::ibv_send_wr {
+            wr_id,
+            sg_list: list.as_mut_ptr(),
+            num_sge: list.len() as i32,
+            opcode: v::IBV_WR_SEND,
+            send_flags: v::IBV_SEND_SIGNALED,
+            ..Default::default()
+        };
+        wr.wr.ud = v::ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
+            ah: ah.raw(),
+            remote_qpn,
+            remote_qkey: qkey,
+        };
+        let mut bad: *mut v::ibv_send_wr = std::ptr::null_mut();
+        // SAFETY: as for post_send; the AH is borrowed for the duration of the post.
+        let rc = unsafe {
+            let ctx = (*self.raw).context;
+            let f = (*ctx).ops.post_send.ok_or(Error::InvalidArgument {
+                verb: "ibv_post_send",
+                what: "provider has no post_send".into(),
+            })?;
+            f(self.raw, &mut wr, &mut bad)
+        };
+        if rc != 0 {
+            return Err(Error::from_rc(
+                "ibv_post_send",
+                rc,
+                format!("UD qp {} to qpn {remote_qpn}", self.qp_num()),
+            ));
+        }
+        Ok(())
     }
 
     /// Moves the QP to the error state (flushes outstanding requests with errors).
     pub fn to_error(&self) -> Result<()> {
-        self.modify(&QpAttr { qp_state: v::IBV_QPS_ERR, ..Default::default() }, v::IBV_QP_STATE)
+        self.modify(
+            &QpAttr {
+                qp_state: v::IBV_QPS_ERR,
+                ..Default::default()
+            },
+            v::IBV_QP_STATE,
+        )
     }
 }

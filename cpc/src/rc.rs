@@ -1,0 +1,131 @@
+//! RC queue pairs for one local port: creation and the RTR/RTS transitions every CPC shares.
+
+use crate::handshake::QpAddress;
+use openib_sys::{
+    Access, CompletionQueue, Context, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair,
+    RcParams, RemoteAddress, SharedReceiveQueue,
+};
+
+/// The local side of connections on one port: device objects shared by every QP of the port.
+#[derive(Clone)]
+pub struct LocalPort {
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub send_cq: CompletionQueue,
+    pub recv_cq: CompletionQueue,
+    pub srq: Option<SharedReceiveQueue>,
+    pub port: u8,
+    pub sgid_index: u8,
+    pub lid: u16,
+    pub gid: [u8; 16],
+    /// Active MTU (verbs enum).
+    pub mtu: u8,
+    pub caps: QpCaps,
+    /// Timeouts and retries of the connected QPs.
+    pub params: RcParams,
+}
+
+impl LocalPort {
+    /// Opens `port` of `ctx` with new PD and CQs (`cqe` entries each), GID index `sgid_index`.
+    pub fn open(
+        ctx: &Context,
+        port: u8,
+        sgid_index: u32,
+        cqe: i32,
+        caps: QpCaps,
+    ) -> Result<LocalPort, openib_sys::Error> {
+        let attr = ctx.query_port(port)?;
+        let gid = ctx.query_gid_ex(port, sgid_index)?.ok_or_else(|| {
+            openib_sys::Error::InvalidArgument {
+                verb: "ibv_query_gid_ex",
+                what: format!(
+                    "{} port {port} has no GID at index {sgid_index}",
+                    ctx.name()
+                ),
+            }
+        })?;
+        let pd = ProtectionDomain::new(ctx)?;
+        let send_cq = CompletionQueue::new(ctx, cqe, None)?;
+        let recv_cq = CompletionQueue::new(ctx, cqe, None)?;
+        Ok(LocalPort {
+            ctx: ctx.clone(),
+            pd,
+            send_cq,
+            recv_cq,
+            srq: None,
+            port,
+            sgid_index: sgid_index as u8,
+            lid: attr.lid,
+            gid: gid.gid,
+            mtu: attr.active_mtu as u8,
+            caps,
+            params: RcParams {
+                port,
+                sgid_index: sgid_index as u8,
+                path_mtu: attr.active_mtu,
+                ..Default::default()
+            },
+        })
+    }
+
+    /// A new RC queue pair in INIT, with a random-ish starting PSN.
+    pub fn create_qp(&self) -> Result<(QueuePair, QpAddress), openib_sys::Error> {
+        let qp = QueuePair::new(
+            &self.pd,
+            &QpInitAttrs {
+                qp_type: QpType::Rc,
+                send_cq: &self.send_cq,
+                recv_cq: &self.recv_cq,
+                srq: self.srq.as_ref(),
+                caps: self.caps,
+                sq_sig_all: false,
+            },
+        )?;
+        qp.to_init(self.port, 0, Access::ALL)?;
+        let qp_num = qp.qp_num();
+        Ok((
+            qp,
+            QpAddress {
+                qp_num,
+                psn: psn_for(qp_num),
+                lid: self.lid,
+                gid: self.gid,
+                mtu: self.mtu,
+            },
+        ))
+    }
+
+    /// RTR then RTS toward `remote`; the path MTU is the smaller of the two ports' MTUs.
+    pub fn connect(
+        &self,
+        qp: &QueuePair,
+        local_psn: u32,
+        remote: &QpAddress,
+    ) -> Result<(), openib_sys::Error> {
+        let params = RcParams {
+            sq_psn: local_psn,
+            path_mtu: self.mtu.min(remote.mtu) as u32,
+            ..self.params
+        };
+        let gid_routed = remote.gid != [0; 16];
+        qp.connect_rc(
+            &RemoteAddress {
+                qp_num: remote.qp_num,
+                psn: remote.psn,
+                lid: remote.lid,
+                gid: gid_routed.then_some(remote.gid),
+            },
+            &params,
+        )
+    }
+}
+
+/// A 24-bit starting PSN derived from the QP number and the clock (PSNs only need to differ
+/// between incarnations of a QP number).
+fn psn_for(qpn: u32) -> u32 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    (qpn.wrapping_mul(2_654_435_761) ^ t) & 0x00ff_ffff
+}

@@ -285,9 +285,11 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
         cfg.timeout,
     )?);
 
-    // 6. The udcm CPC end to end: two UD services on this port exchange Hellos, each side
-    // creates and connects one RC queue pair, and a message crosses the new connection.
+    // 6. The udcm and oob CPCs end to end: two services on this port exchange Hellos (UD
+    // datagrams; the TCP side channel on loopback), each side creates and connects one RC
+    // queue pair, and a message crosses the new connection.
     steps.push(udcm_loopback(&ctx, port, gid_index, caps, cfg.timeout));
+    steps.push(oob_loopback(&ctx, port, gid_index, caps, cfg.timeout));
 
     // 7. Ping-pong latency (informational; never a pass/fail criterion).
     let latency_us = ping_pong(&a, &b, &mr_a, &mr_b, cfg.iterations, &mut poller).ok();
@@ -414,34 +416,62 @@ fn srq_and_channel(
 }
 
 fn udcm_loopback(ctx: &Context, port: u8, gid_index: u32, caps: QpCaps, timeout: Duration) -> Step {
-    match udcm_loopback_inner(ctx, port, gid_index, caps, timeout) {
-        Ok(detail) => check("udcm_connect", true, detail),
-        Err(e) => check("udcm_connect", false, e),
-    }
+    let run = || -> Result<String, String> {
+        use openib_cpc::{Connector, LocalPort, Retry, UdcmService};
+        let e = |e: openib_sys::Error| e.to_string();
+        let (lp0, lp1) = (
+            LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+            LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+        );
+        let (ud0, ud1) = (
+            UdcmService::new(&lp0).map_err(e)?,
+            UdcmService::new(&lp1).map_err(e)?,
+        );
+        let (a0, a1) = (ud0.address(), ud1.address());
+        let mut c0 = Connector::new(0, lp0.clone(), ud0, Retry::default());
+        let mut c1 = Connector::new(1, lp1.clone(), ud1, Retry::default());
+        c0.add_peer(1, a1);
+        c1.add_peer(0, a0);
+        connect_and_send(c0, c1, &lp0, &lp1, timeout)
+    };
+    let r = run();
+    check("udcm_connect", r.is_ok(), r.unwrap_or_else(|e| e))
 }
 
-fn udcm_loopback_inner(
-    ctx: &Context,
-    port: u8,
-    gid_index: u32,
-    caps: QpCaps,
+fn oob_loopback(ctx: &Context, port: u8, gid_index: u32, caps: QpCaps, timeout: Duration) -> Step {
+    let run = || -> Result<String, String> {
+        use openib_cpc::{Connector, LocalPort, OobService, Retry};
+        let e = |e: openib_sys::Error| e.to_string();
+        let (lp0, lp1) = (
+            LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+            LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+        );
+        let lo = std::net::IpAddr::from([127, 0, 0, 1]);
+        let (s0, s1) = (
+            OobService::bind(lo).map_err(e)?,
+            OobService::bind(lo).map_err(e)?,
+        );
+        let (a0, a1) = (s0.address(), s1.address());
+        let mut c0 = Connector::new(0, lp0.clone(), s0, Retry::default());
+        let mut c1 = Connector::new(1, lp1.clone(), s1, Retry::default());
+        c0.add_peer(1, a1);
+        c1.add_peer(0, a0);
+        connect_and_send(c0, c1, &lp0, &lp1, timeout)
+    };
+    let r = run();
+    check("oob_connect", r.is_ok(), r.unwrap_or_else(|e| e))
+}
+
+/// Connects rank 0 to rank 1 through their connectors, then sends one message 0 -> 1 over
+/// the new RC connection and checks it.
+fn connect_and_send<T: openib_cpc::HelloTransport>(
+    mut c0: openib_cpc::Connector<T>,
+    mut c1: openib_cpc::Connector<T>,
+    lp0: &openib_cpc::LocalPort,
+    lp1: &openib_cpc::LocalPort,
     timeout: Duration,
 ) -> Result<String, String> {
-    use openib_cpc::{Connector, LocalPort, Retry, UdcmService};
     let e = |e: openib_sys::Error| e.to_string();
-    let (lp0, lp1) = (
-        LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
-        LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
-    );
-    let (ud0, ud1) = (
-        UdcmService::new(&lp0).map_err(e)?,
-        UdcmService::new(&lp1).map_err(e)?,
-    );
-    let (a0, a1) = (ud0.address(), ud1.address());
-    let mut c0 = Connector::new(0, lp0.clone(), ud0, Retry::default());
-    let mut c1 = Connector::new(1, lp1.clone(), ud1, Retry::default());
-    c0.add_peer(1, a1);
-    c1.add_peer(0, a0);
     let start = Instant::now();
     c0.connect(1, 0, start);
     let (mut e0, mut e1) = (Vec::new(), Vec::new());
@@ -455,7 +485,7 @@ fn udcm_loopback_inner(
             return Err(format!("connection to rank {peer} failed: {err}"));
         }
         if now.duration_since(start) > timeout {
-            return Err(format!("udcm handshake did not finish within {timeout:?}"));
+            return Err(format!("handshake did not finish within {timeout:?}"));
         }
     }
     let connect_us = start.elapsed().as_secs_f64() * 1e6;
@@ -468,7 +498,7 @@ fn udcm_loopback_inner(
     }
     let mut src = MemoryRegion::alloc(&lp0.pd, 64, Access::ALL).map_err(e)?;
     let dst = MemoryRegion::alloc(&lp1.pd, 64, Access::ALL).map_err(e)?;
-    let msg = b"over a udcm-made connection";
+    let msg = b"over a CPC-made connection";
     src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
     q1.qp
         .post_recv(&RecvRequest {

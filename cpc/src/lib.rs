@@ -14,6 +14,7 @@ pub mod oob;
 pub mod pairing;
 pub mod query;
 pub mod rc;
+pub mod rdmacm;
 pub mod select;
 pub mod udcm;
 
@@ -24,6 +25,7 @@ pub use oob::OobService;
 pub use pairing::{pair_ports, PortPair, PortView};
 pub use query::{query, HostFacts, Unusable};
 pub use rc::LocalPort;
+pub use rdmacm::RdmacmService;
 pub use select::{initiator, ranked, select, Advert, Side, Winner};
 pub use udcm::{UdAddress, UdcmService};
 

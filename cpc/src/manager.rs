@@ -33,6 +33,8 @@ pub struct Connection {
     pub qp: QueuePair,
     pub local: QpAddress,
     pub remote: QpAddress,
+    /// The rdmacm id that made the connection (kept for its lifetime), if rdmacm did.
+    pub cm_id: Option<openib_sys::cm::CmId>,
 }
 
 /// Why a connection attempt failed.
@@ -44,6 +46,10 @@ pub enum ConnectError {
     Verbs(#[from] openib_sys::Error),
     #[error("rank {peer} has no address for this CPC (not in the modex?)")]
     UnknownPeer { peer: u32 },
+    #[error("rdmacm: {event} (status {status})")]
+    Rdmacm { event: String, status: i32 },
+    #[error("no connection to rank {peer} within {after:?}")]
+    Timeout { peer: u32, after: std::time::Duration },
 }
 
 struct Pending {
@@ -205,6 +211,7 @@ impl<T: HelloTransport> Connector<T> {
                             qp,
                             local,
                             remote,
+                            cm_id: None,
                         });
                     }
                     Vec::new()

@@ -68,6 +68,14 @@ impl LocalPort {
         })
     }
 
+    /// A new RC queue pair left in RESET (rdmacm moves it with its own attributes).
+    pub fn create_qp_reset(&self) -> Result<QueuePair, openib_sys::Error> {
+        QueuePair::new(
+            &self.pd,
+            &QpInitAttrs { qp_type: QpType::Rc, send_cq: &self.send_cq, recv_cq: &self.recv_cq, srq: self.srq.as_ref(), caps: self.caps, sq_sig_all: false },
+        )
+    }
+
     /// A new RC queue pair in INIT, with a random-ish starting PSN.
     pub fn create_qp(&self) -> Result<(QueuePair, QpAddress), openib_sys::Error> {
         let qp = QueuePair::new(

@@ -18,6 +18,7 @@ pub mod ffi;
 mod ah;
 mod async_event;
 mod channel;
+pub mod cm;
 mod context;
 mod cq;
 mod device;
@@ -26,6 +27,7 @@ mod library;
 mod mr;
 pub mod netdev;
 mod pd;
+pub mod pmix;
 mod qp;
 mod srq;
 

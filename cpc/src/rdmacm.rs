@@ -1,0 +1,268 @@
+//! rdmacm: connections through librdmacm, addressed by IP and port (the per-process part of
+//! rdmacm's modex data). Works on RoCE, and on InfiniBand with IPoIB.
+//!
+//! The queue pairs are openib's own (on its device context and PD); rdmacm gets their numbers
+//! and computes the transition attributes. When two processes connect to each other at once,
+//! the lower rank's attempt wins: the lower rank rejects the other's request with a "mine"
+//! marker, and the higher rank drops its own attempt and accepts, so exactly one connection
+//! results.
+
+use crate::handshake::QpAddress;
+use crate::manager::{ConnectError, Connection};
+use crate::rc::LocalPort;
+use openib_sys::cm::{CmChannel, CmEventKind, CmId};
+use openib_sys::ffi::verbs as v;
+use openib_sys::QueuePair;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+const MAGIC: u8 = 0xcd;
+/// Reject payload meaning "I am the lower rank: my own request is the connection".
+const MINE: &[u8] = &[0xce];
+const RESOLVE_MS: i32 = 2000;
+
+fn private(from: u32, to: u32, pair: u8) -> [u8; 10] {
+    let mut b = [0u8; 10];
+    b[0] = MAGIC;
+    b[1..5].copy_from_slice(&from.to_le_bytes());
+    b[5..9].copy_from_slice(&to.to_le_bytes());
+    b[9] = pair;
+    b
+}
+
+fn parse_private(b: &[u8]) -> Option<(u32, u32, u8)> {
+    (b.len() >= 10 && b[0] == MAGIC).then(|| {
+        (u32::from_le_bytes(b[1..5].try_into().expect("4")), u32::from_le_bytes(b[5..9].try_into().expect("4")), b[9])
+    })
+}
+
+struct Attempt {
+    peer: u32,
+    pair: u8,
+    id: CmId,
+    qp: Option<QueuePair>,
+    started: Instant,
+}
+
+/// One process's rdmacm endpoint on one port.
+pub struct RdmacmService {
+    me: u32,
+    port: LocalPort,
+    ch: CmChannel,
+    _listener: CmId,
+    listen_token: usize,
+    addr: SocketAddr,
+    peers: HashMap<u32, SocketAddr>,
+    active: HashMap<usize, Attempt>,
+    passive: HashMap<usize, Attempt>,
+    /// (peer, pair) the peer promised to connect (after its "mine" reject), with a deadline.
+    awaiting: HashMap<(u32, u8), Instant>,
+    established: Vec<Connection>,
+    failed: Vec<(u32, u8, ConnectError)>,
+    pub timeout: Duration,
+}
+
+impl RdmacmService {
+    /// Listens on `ip` (the port's IP address) on a free rdmacm port.
+    pub fn bind(me: u32, port: &LocalPort, ip: std::net::IpAddr) -> Result<RdmacmService, openib_sys::Error> {
+        let ch = CmChannel::new()?;
+        let listener = ch.create_id()?;
+        listener.bind(&SocketAddr::new(ip, 0))?;
+        listener.listen(64)?;
+        let addr = SocketAddr::new(ip, listener.local_port()?);
+        Ok(RdmacmService {
+            me,
+            port: port.clone(),
+            listen_token: listener.token(),
+            ch,
+            _listener: listener,
+            addr,
+            peers: HashMap::new(),
+            active: HashMap::new(),
+            passive: HashMap::new(),
+            awaiting: HashMap::new(),
+            established: Vec::new(),
+            failed: Vec::new(),
+            timeout: Duration::from_secs(10),
+        })
+    }
+
+    pub fn address(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn add_peer(&mut self, peer: u32, addr: SocketAddr) {
+        self.peers.insert(peer, addr);
+    }
+
+    /// Starts connecting to `peer` for port pair `pair`.
+    pub fn connect(&mut self, peer: u32, pair: u8, now: Instant) {
+        let Some(dst) = self.peers.get(&peer).copied() else {
+            self.failed.push((peer, pair, ConnectError::UnknownPeer { peer }));
+            return;
+        };
+        let r = (|| {
+            let id = self.ch.create_id()?;
+            id.resolve_addr(Some(&SocketAddr::new(self.addr.ip(), 0)), &dst, RESOLVE_MS)?;
+            Ok::<CmId, openib_sys::Error>(id)
+        })();
+        match r {
+            Ok(id) => {
+                self.active.insert(id.token(), Attempt { peer, pair, id, qp: None, started: now });
+            }
+            Err(e) => self.failed.push((peer, pair, e.into())),
+        }
+    }
+
+    pub fn take_established(&mut self) -> Vec<Connection> {
+        std::mem::take(&mut self.established)
+    }
+
+    pub fn take_failed(&mut self) -> Vec<(u32, u8, ConnectError)> {
+        std::mem::take(&mut self.failed)
+    }
+
+    /// Handles every waiting rdmacm event and expires stuck attempts.
+    pub fn progress(&mut self, now: Instant) -> Result<(), openib_sys::Error> {
+        while let Some(ev) = self.ch.poll_event()? {
+            tracing::debug!(event = %ev.name, status = ev.status, "rdmacm event");
+            if ev.kind == CmEventKind::ConnectRequest && ev.token == self.listen_token {
+                let id = ev.new_id.expect("connect requests carry a new id");
+                self.on_request(id, &ev.private_data, now);
+                continue;
+            }
+            if let Some(a) = self.active.remove(&ev.token) {
+                let (peer, pair) = (a.peer, a.pair);
+                match self.on_active_event(a, ev.kind, ev.status, &ev.private_data, ev.peer_qp_num) {
+                    Ok(Some(a)) => {
+                        self.active.insert(ev.token, a);
+                    }
+                    Ok(None) => {}
+                    Err(e) => self.failed.push((peer, pair, e)),
+                }
+                continue;
+            }
+            if let Some(a) = self.passive.remove(&ev.token) {
+                match ev.kind {
+                    CmEventKind::Established => self.finish(a, ev.peer_qp_num),
+                    CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => self.failed.push((
+                        a.peer,
+                        a.pair,
+                        ConnectError::Rdmacm { event: ev.name.clone(), status: ev.status },
+                    )),
+                    _ => {
+                        self.passive.insert(ev.token, a);
+                    }
+                }
+            }
+        }
+        let timeout = self.timeout;
+        let expired: Vec<usize> = self.active.iter().filter(|(_, a)| now.duration_since(a.started) > timeout).map(|(t, _)| *t).collect();
+        for t in expired {
+            let a = self.active.remove(&t).expect("listed");
+            self.failed.push((a.peer, a.pair, ConnectError::Timeout { peer: a.peer, after: timeout }));
+        }
+        let waited: Vec<(u32, u8)> = self.awaiting.iter().filter(|(_, d)| now > **d).map(|(k, _)| *k).collect();
+        for (peer, pair) in waited {
+            self.awaiting.remove(&(peer, pair));
+            self.failed.push((peer, pair, ConnectError::Timeout { peer, after: timeout }));
+        }
+        Ok(())
+    }
+
+    /// `Ok(Some(a))`: keep waiting; `Ok(None)`: finished (established, or handed over to the
+    /// peer's own attempt).
+    fn on_active_event(&mut self, mut a: Attempt, kind: CmEventKind, status: i32, data: &[u8], peer_qp: u32) -> Result<Option<Attempt>, ConnectError> {
+        match kind {
+            CmEventKind::AddrResolved => {
+                a.id.resolve_route(RESOLVE_MS)?;
+                Ok(Some(a))
+            }
+            CmEventKind::RouteResolved => {
+                let qp = self.port.create_qp_reset()?;
+                a.id.transition(&qp, &[v::IBV_QPS_INIT])?;
+                a.id.connect(qp.qp_num(), &private(self.me, a.peer, a.pair))?;
+                a.qp = Some(qp);
+                Ok(Some(a))
+            }
+            CmEventKind::ConnectResponse => {
+                let qp = a.qp.as_ref().expect("connect responses follow our connect");
+                a.id.transition(qp, &[v::IBV_QPS_RTR, v::IBV_QPS_RTS])?;
+                a.id.establish()?;
+                self.finish(a, peer_qp);
+                Ok(None)
+            }
+            CmEventKind::Rejected if data.starts_with(MINE) => {
+                // The peer (a lower rank) connects to us instead.
+                self.awaiting.insert((a.peer, a.pair), a.started + self.timeout);
+                Ok(None)
+            }
+            CmEventKind::Established => Ok(Some(a)),
+            CmEventKind::AddrError
+            | CmEventKind::RouteError
+            | CmEventKind::ConnectError
+            | CmEventKind::Unreachable
+            | CmEventKind::Rejected => Err(ConnectError::Rdmacm { event: format!("{kind:?}"), status }),
+            _ => Ok(Some(a)),
+        }
+    }
+
+    fn on_request(&mut self, id: CmId, data: &[u8], now: Instant) {
+        let Some((from, to, pair)) = parse_private(data) else {
+            tracing::info!("rdmacm connect request without openib private data rejected");
+            let _ = id.reject(&[]);
+            return;
+        };
+        if to != self.me {
+            let _ = id.reject(&[]);
+            return;
+        }
+        let mine = self.active.iter().find(|(_, a)| a.peer == from && a.pair == pair).map(|(t, _)| *t);
+        if let Some(token) = mine {
+            if self.me < from {
+                // Our own attempt is the connection; tell the peer to wait for it.
+                let _ = id.reject(MINE);
+                return;
+            }
+            // The peer's attempt wins: drop ours.
+            self.active.remove(&token);
+        }
+        self.awaiting.remove(&(from, pair));
+        let r = (|| {
+            let qp = self.port.create_qp_reset()?;
+            id.transition(&qp, &[v::IBV_QPS_INIT, v::IBV_QPS_RTR, v::IBV_QPS_RTS])?;
+            id.accept(qp.qp_num(), &private(self.me, from, pair))?;
+            Ok::<QueuePair, openib_sys::Error>(qp)
+        })();
+        match r {
+            Ok(qp) => {
+                self.passive.insert(id.token(), Attempt { peer: from, pair, id, qp: Some(qp), started: now });
+            }
+            Err(e) => {
+                let _ = id.reject(&[]);
+                self.failed.push((from, pair, e.into()));
+            }
+        }
+    }
+
+    fn finish(&mut self, a: Attempt, peer_qp: u32) {
+        let Some(qp) = a.qp else { return };
+        let local = QpAddress { qp_num: qp.qp_num(), psn: 0, lid: self.port.lid, gid: self.port.gid, mtu: self.port.mtu };
+        let remote = QpAddress { qp_num: peer_qp, psn: 0, lid: 0, gid: [0; 16], mtu: self.port.mtu };
+        self.established.push(Connection { peer: a.peer, pair: a.pair, qp, local, remote, cm_id: Some(a.id) });
+    }
+}
+
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn private_data_round_trips_and_rejects_strangers() {
+        assert_eq!(parse_private(&private(3, 9, 1)), Some((3, 9, 1)));
+        assert_eq!(parse_private(&[0; 10]), None);
+        assert_eq!(parse_private(&private(3, 9, 1)[..9]), None);
+    }
+}

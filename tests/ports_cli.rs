@@ -244,14 +244,28 @@ fn default_prefix_warning_is_printed() {
 
 #[test]
 fn dump_topology_is_a_fixture_that_reads_back_the_same() {
-    let o = openib(&["ports", "--dump-topology", "--fixture", "tests/fixtures/roce.json"], &[]);
+    let o = openib(
+        &[
+            "ports",
+            "--dump-topology",
+            "--fixture",
+            "tests/fixtures/roce.json",
+        ],
+        &[],
+    );
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let dir = std::env::temp_dir().join(format!("openib-dump-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let f = dir.join("dumped.json");
     std::fs::write(&f, &o.stdout).unwrap();
-    let a = json_of(&openib(&["ports", "--json", "--fixture", "tests/fixtures/roce.json"], &[]));
-    let b = json_of(&openib(&["ports", "--json", "--fixture", f.to_str().unwrap()], &[]));
+    let a = json_of(&openib(
+        &["ports", "--json", "--fixture", "tests/fixtures/roce.json"],
+        &[],
+    ));
+    let b = json_of(&openib(
+        &["ports", "--json", "--fixture", f.to_str().unwrap()],
+        &[],
+    ));
     assert_eq!(a["ports"], b["ports"]);
     std::fs::remove_dir_all(&dir).ok();
 }

@@ -290,6 +290,9 @@ fn roce_port_down_names_its_network_device() {
     let why = d.ports[0].reason.clone().unwrap();
     assert!(why.contains("ens1f0 is down"), "{why}");
     t.netdevs[0].up = true;
-    let why = derive(&t, &DeriveConfig::default()).ports[0].reason.clone().unwrap();
+    let why = derive(&t, &DeriveConfig::default()).ports[0]
+        .reason
+        .clone()
+        .unwrap();
     assert!(why.contains("DISABLED") && why.contains("carrier"), "{why}");
 }

@@ -141,7 +141,10 @@ pub fn run(args: &PortsArgs) -> i32 {
         }
         Ok(loaded) => {
             if args.dump_topology {
-                println!("{}", serde_json::to_string_pretty(&loaded.topology).expect("topologies serialise"));
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&loaded.topology).expect("topologies serialise")
+                );
             } else if args.json {
                 print_json(&to_json(&loaded));
             } else {

@@ -290,6 +290,14 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     // queue pair, and a message crosses the new connection.
     steps.push(udcm_loopback(&ctx, port, gid_index, caps, cfg.timeout));
     steps.push(oob_loopback(&ctx, port, gid_index, caps, cfg.timeout));
+    steps.push(rdmacm_loopback(
+        &ctx,
+        port,
+        gid_index,
+        gid.gid,
+        caps,
+        cfg.timeout,
+    ));
 
     // 7. Ping-pong latency (informational; never a pass/fail criterion).
     let latency_us = ping_pong(&a, &b, &mr_a, &mr_b, cfg.iterations, &mut poller).ok();
@@ -460,6 +468,121 @@ fn oob_loopback(ctx: &Context, port: u8, gid_index: u32, caps: QpCaps, timeout: 
     };
     let r = run();
     check("oob_connect", r.is_ok(), r.unwrap_or_else(|e| e))
+}
+
+fn rdmacm_loopback(
+    ctx: &Context,
+    port: u8,
+    gid_index: u32,
+    gid: [u8; 16],
+    caps: QpCaps,
+    timeout: Duration,
+) -> Step {
+    // rdmacm addresses ports by IP: the IPv4 address an IPv4-mapped GID carries.
+    let Some(ip) = (gid[..10] == [0; 10] && gid[10..12] == [0xff, 0xff])
+        .then(|| std::net::IpAddr::from([gid[12], gid[13], gid[14], gid[15]]))
+    else {
+        return check(
+            "rdmacm_connect",
+            true,
+            "skipped: GID index has no IPv4 address (rdmacm needs IPoIB or RoCE with an IP)",
+        );
+    };
+    let run = || -> Result<String, String> {
+        use openib_cpc::{LocalPort, RdmacmService};
+        let e = |e: openib_sys::Error| e.to_string();
+        let (lp0, lp1) = (
+            LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+            LocalPort::open(ctx, port, gid_index, 64, caps).map_err(e)?,
+        );
+        let mut s0 = RdmacmService::bind(0, &lp0, ip).map_err(e)?;
+        let mut s1 = RdmacmService::bind(1, &lp1, ip).map_err(e)?;
+        s0.add_peer(1, s1.address());
+        s1.add_peer(0, s0.address());
+        let start = Instant::now();
+        // Both sides start at once: exactly one connection must result.
+        s0.connect(1, 0, start);
+        s1.connect(0, 0, start);
+        let (mut e0, mut e1) = (Vec::new(), Vec::new());
+        while e0.is_empty() || e1.is_empty() {
+            let now = Instant::now();
+            s0.progress(now).map_err(e)?;
+            s1.progress(now).map_err(e)?;
+            e0.extend(s0.take_established());
+            e1.extend(s1.take_established());
+            if let Some((peer, _, err)) =
+                s0.take_failed().into_iter().chain(s1.take_failed()).next()
+            {
+                return Err(format!("connection to rank {peer} failed: {err}"));
+            }
+            if now.duration_since(start) > timeout {
+                return Err(format!("rdmacm did not connect within {timeout:?}"));
+            }
+        }
+        let connect_us = start.elapsed().as_secs_f64() * 1e6;
+        // Give a duplicate connection the chance to show up.
+        let settle = Instant::now();
+        while settle.elapsed() < Duration::from_millis(300) {
+            s0.progress(Instant::now()).map_err(e)?;
+            s1.progress(Instant::now()).map_err(e)?;
+            e0.extend(s0.take_established());
+            e1.extend(s1.take_established());
+        }
+        if e0.len() != 1 || e1.len() != 1 {
+            return Err(format!(
+                "a simultaneous connect made {} + {} connections, not one",
+                e0.len(),
+                e1.len()
+            ));
+        }
+        let (q0, q1) = (&e0[0], &e1[0]);
+        if q0.remote.qp_num != q1.qp.qp_num() || q1.remote.qp_num != q0.qp.qp_num() {
+            return Err(format!(
+                "the two sides disagree: qp {} -> {}, qp {} -> {}",
+                q0.qp.qp_num(),
+                q0.remote.qp_num,
+                q1.qp.qp_num(),
+                q1.remote.qp_num
+            ));
+        }
+        let mut src = MemoryRegion::alloc(&lp0.pd, 64, Access::ALL).map_err(e)?;
+        let dst = MemoryRegion::alloc(&lp1.pd, 64, Access::ALL).map_err(e)?;
+        let msg = b"over an rdmacm-made connection";
+        src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+        q1.qp
+            .post_recv(&RecvRequest {
+                wr_id: 7,
+                sges: vec![dst.sge(0, 64).map_err(e)?],
+            })
+            .map_err(e)?;
+        q0.qp
+            .post_send(&SendRequest {
+                wr_id: 8,
+                op: SendOp::Send,
+                sges: vec![src.sge(0, msg.len()).map_err(e)?],
+                signaled: true,
+                inline: false,
+            })
+            .map_err(e)?;
+        Poller {
+            cq: &lp1.recv_cq,
+            timeout,
+            pending: Vec::new(),
+        }
+        .wait(7)?;
+        Poller {
+            cq: &lp0.send_cq,
+            timeout,
+            pending: Vec::new(),
+        }
+        .wait(8)?;
+        if &dst.as_slice()[..msg.len()] != msg {
+            return Err("the message arrived corrupted".into());
+        }
+        Ok(format!("simultaneous connect on {ip}: one connection, qp {} <-> qp {} in {connect_us:.0} us, message delivered", q0.qp.qp_num(), q1.qp.qp_num()))
+    };
+    let r = run();
+    check("rdmacm_connect", r.is_ok(), r.unwrap_or_else(|e| e))
 }
 
 /// Connects rank 0 to rank 1 through their connectors, then sends one message 0 -> 1 over

@@ -49,7 +49,10 @@ pub enum ConnectError {
     #[error("rdmacm: {event} (status {status})")]
     Rdmacm { event: String, status: i32 },
     #[error("no connection to rank {peer} within {after:?}")]
-    Timeout { peer: u32, after: std::time::Duration },
+    Timeout {
+        peer: u32,
+        after: std::time::Duration,
+    },
 }
 
 struct Pending {

@@ -72,7 +72,14 @@ impl LocalPort {
     pub fn create_qp_reset(&self) -> Result<QueuePair, openib_sys::Error> {
         QueuePair::new(
             &self.pd,
-            &QpInitAttrs { qp_type: QpType::Rc, send_cq: &self.send_cq, recv_cq: &self.recv_cq, srq: self.srq.as_ref(), caps: self.caps, sq_sig_all: false },
+            &QpInitAttrs {
+                qp_type: QpType::Rc,
+                send_cq: &self.send_cq,
+                recv_cq: &self.recv_cq,
+                srq: self.srq.as_ref(),
+                caps: self.caps,
+                sq_sig_all: false,
+            },
         )
     }
 

@@ -33,7 +33,11 @@ fn private(from: u32, to: u32, pair: u8) -> [u8; 10] {
 
 fn parse_private(b: &[u8]) -> Option<(u32, u32, u8)> {
     (b.len() >= 10 && b[0] == MAGIC).then(|| {
-        (u32::from_le_bytes(b[1..5].try_into().expect("4")), u32::from_le_bytes(b[5..9].try_into().expect("4")), b[9])
+        (
+            u32::from_le_bytes(b[1..5].try_into().expect("4")),
+            u32::from_le_bytes(b[5..9].try_into().expect("4")),
+            b[9],
+        )
     })
 }
 
@@ -43,6 +47,8 @@ struct Attempt {
     id: CmId,
     qp: Option<QueuePair>,
     started: Instant,
+    /// The peer's QP number, from its connect request (passive side).
+    remote_qp: u32,
 }
 
 /// One process's rdmacm endpoint on one port.
@@ -65,7 +71,11 @@ pub struct RdmacmService {
 
 impl RdmacmService {
     /// Listens on `ip` (the port's IP address) on a free rdmacm port.
-    pub fn bind(me: u32, port: &LocalPort, ip: std::net::IpAddr) -> Result<RdmacmService, openib_sys::Error> {
+    pub fn bind(
+        me: u32,
+        port: &LocalPort,
+        ip: std::net::IpAddr,
+    ) -> Result<RdmacmService, openib_sys::Error> {
         let ch = CmChannel::new()?;
         let listener = ch.create_id()?;
         listener.bind(&SocketAddr::new(ip, 0))?;
@@ -99,7 +109,8 @@ impl RdmacmService {
     /// Starts connecting to `peer` for port pair `pair`.
     pub fn connect(&mut self, peer: u32, pair: u8, now: Instant) {
         let Some(dst) = self.peers.get(&peer).copied() else {
-            self.failed.push((peer, pair, ConnectError::UnknownPeer { peer }));
+            self.failed
+                .push((peer, pair, ConnectError::UnknownPeer { peer }));
             return;
         };
         let r = (|| {
@@ -109,7 +120,17 @@ impl RdmacmService {
         })();
         match r {
             Ok(id) => {
-                self.active.insert(id.token(), Attempt { peer, pair, id, qp: None, started: now });
+                self.active.insert(
+                    id.token(),
+                    Attempt {
+                        peer,
+                        pair,
+                        id,
+                        qp: None,
+                        started: now,
+                        remote_qp: 0,
+                    },
+                );
             }
             Err(e) => self.failed.push((peer, pair, e.into())),
         }
@@ -129,12 +150,13 @@ impl RdmacmService {
             tracing::debug!(event = %ev.name, status = ev.status, "rdmacm event");
             if ev.kind == CmEventKind::ConnectRequest && ev.token == self.listen_token {
                 let id = ev.new_id.expect("connect requests carry a new id");
-                self.on_request(id, &ev.private_data, now);
+                self.on_request(id, &ev.private_data, ev.peer_qp_num, now);
                 continue;
             }
             if let Some(a) = self.active.remove(&ev.token) {
                 let (peer, pair) = (a.peer, a.pair);
-                match self.on_active_event(a, ev.kind, ev.status, &ev.private_data, ev.peer_qp_num) {
+                match self.on_active_event(a, ev.kind, ev.status, &ev.private_data, ev.peer_qp_num)
+                {
                     Ok(Some(a)) => {
                         self.active.insert(ev.token, a);
                     }
@@ -146,10 +168,15 @@ impl RdmacmService {
             if let Some(a) = self.passive.remove(&ev.token) {
                 match ev.kind {
                     CmEventKind::Established => self.finish(a, ev.peer_qp_num),
-                    CmEventKind::ConnectError | CmEventKind::Unreachable | CmEventKind::Rejected => self.failed.push((
+                    CmEventKind::ConnectError
+                    | CmEventKind::Unreachable
+                    | CmEventKind::Rejected => self.failed.push((
                         a.peer,
                         a.pair,
-                        ConnectError::Rdmacm { event: ev.name.clone(), status: ev.status },
+                        ConnectError::Rdmacm {
+                            event: ev.name.clone(),
+                            status: ev.status,
+                        },
                     )),
                     _ => {
                         self.passive.insert(ev.token, a);
@@ -158,22 +185,53 @@ impl RdmacmService {
             }
         }
         let timeout = self.timeout;
-        let expired: Vec<usize> = self.active.iter().filter(|(_, a)| now.duration_since(a.started) > timeout).map(|(t, _)| *t).collect();
+        let expired: Vec<usize> = self
+            .active
+            .iter()
+            .filter(|(_, a)| now.duration_since(a.started) > timeout)
+            .map(|(t, _)| *t)
+            .collect();
         for t in expired {
             let a = self.active.remove(&t).expect("listed");
-            self.failed.push((a.peer, a.pair, ConnectError::Timeout { peer: a.peer, after: timeout }));
+            self.failed.push((
+                a.peer,
+                a.pair,
+                ConnectError::Timeout {
+                    peer: a.peer,
+                    after: timeout,
+                },
+            ));
         }
-        let waited: Vec<(u32, u8)> = self.awaiting.iter().filter(|(_, d)| now > **d).map(|(k, _)| *k).collect();
+        let waited: Vec<(u32, u8)> = self
+            .awaiting
+            .iter()
+            .filter(|(_, d)| now > **d)
+            .map(|(k, _)| *k)
+            .collect();
         for (peer, pair) in waited {
             self.awaiting.remove(&(peer, pair));
-            self.failed.push((peer, pair, ConnectError::Timeout { peer, after: timeout }));
+            self.failed.push((
+                peer,
+                pair,
+                ConnectError::Timeout {
+                    peer,
+                    after: timeout,
+                },
+            ));
         }
         Ok(())
     }
 
     /// `Ok(Some(a))`: keep waiting; `Ok(None)`: finished (established, or handed over to the
     /// peer's own attempt).
-    fn on_active_event(&mut self, mut a: Attempt, kind: CmEventKind, status: i32, data: &[u8], peer_qp: u32) -> Result<Option<Attempt>, ConnectError> {
+    fn on_active_event(
+        &mut self,
+        mut a: Attempt,
+        kind: CmEventKind,
+        status: i32,
+        data: &[u8],
+        peer_qp: u32,
+    ) -> Result<Option<Attempt>, ConnectError> {
         match kind {
             CmEventKind::AddrResolved => {
                 a.id.resolve_route(RESOLVE_MS)?;
@@ -195,7 +253,8 @@ impl RdmacmService {
             }
             CmEventKind::Rejected if data.starts_with(MINE) => {
                 // The peer (a lower rank) connects to us instead.
-                self.awaiting.insert((a.peer, a.pair), a.started + self.timeout);
+                self.awaiting
+                    .insert((a.peer, a.pair), a.started + self.timeout);
                 Ok(None)
             }
             CmEventKind::Established => Ok(Some(a)),
@@ -203,12 +262,15 @@ impl RdmacmService {
             | CmEventKind::RouteError
             | CmEventKind::ConnectError
             | CmEventKind::Unreachable
-            | CmEventKind::Rejected => Err(ConnectError::Rdmacm { event: format!("{kind:?}"), status }),
+            | CmEventKind::Rejected => Err(ConnectError::Rdmacm {
+                event: format!("{kind:?}"),
+                status,
+            }),
             _ => Ok(Some(a)),
         }
     }
 
-    fn on_request(&mut self, id: CmId, data: &[u8], now: Instant) {
+    fn on_request(&mut self, id: CmId, data: &[u8], peer_qp: u32, now: Instant) {
         let Some((from, to, pair)) = parse_private(data) else {
             tracing::info!("rdmacm connect request without openib private data rejected");
             let _ = id.reject(&[]);
@@ -218,7 +280,11 @@ impl RdmacmService {
             let _ = id.reject(&[]);
             return;
         }
-        let mine = self.active.iter().find(|(_, a)| a.peer == from && a.pair == pair).map(|(t, _)| *t);
+        let mine = self
+            .active
+            .iter()
+            .find(|(_, a)| a.peer == from && a.pair == pair)
+            .map(|(t, _)| *t);
         if let Some(token) = mine {
             if self.me < from {
                 // Our own attempt is the connection; tell the peer to wait for it.
@@ -237,7 +303,17 @@ impl RdmacmService {
         })();
         match r {
             Ok(qp) => {
-                self.passive.insert(id.token(), Attempt { peer: from, pair, id, qp: Some(qp), started: now });
+                self.passive.insert(
+                    id.token(),
+                    Attempt {
+                        peer: from,
+                        pair,
+                        id,
+                        qp: Some(qp),
+                        started: now,
+                        remote_qp: peer_qp,
+                    },
+                );
             }
             Err(e) => {
                 let _ = id.reject(&[]);
@@ -248,12 +324,31 @@ impl RdmacmService {
 
     fn finish(&mut self, a: Attempt, peer_qp: u32) {
         let Some(qp) = a.qp else { return };
-        let local = QpAddress { qp_num: qp.qp_num(), psn: 0, lid: self.port.lid, gid: self.port.gid, mtu: self.port.mtu };
-        let remote = QpAddress { qp_num: peer_qp, psn: 0, lid: 0, gid: [0; 16], mtu: self.port.mtu };
-        self.established.push(Connection { peer: a.peer, pair: a.pair, qp, local, remote, cm_id: Some(a.id) });
+        let local = QpAddress {
+            qp_num: qp.qp_num(),
+            psn: 0,
+            lid: self.port.lid,
+            gid: self.port.gid,
+            mtu: self.port.mtu,
+        };
+        let peer_qp = if peer_qp != 0 { peer_qp } else { a.remote_qp };
+        let remote = QpAddress {
+            qp_num: peer_qp,
+            psn: 0,
+            lid: 0,
+            gid: [0; 16],
+            mtu: self.port.mtu,
+        };
+        self.established.push(Connection {
+            peer: a.peer,
+            pair: a.pair,
+            qp,
+            local,
+            remote,
+            cm_id: Some(a.id),
+        });
     }
 }
-
 
 #[cfg(test)]
 mod tests {

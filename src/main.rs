@@ -29,6 +29,9 @@ enum Cmd {
     Events(cli::events::EventsArgs),
     /// Start N local processes under the embedded runtime (put/commit/fence/get over a private socket).
     Run(cli::run::RunArgs),
+    /// Can two nodes connect? Takes two `openib ports --json` documents; names the port pairs,
+    /// the winning CPC and why, or what to change.
+    Check(cli::check::CheckArgs),
 }
 
 fn main() {
@@ -39,6 +42,7 @@ fn main() {
         Cmd::Selftest(a) => cli::selftest::run(&a),
         Cmd::Events(a) => cli::events::run(&a),
         Cmd::Run(a) => cli::run::run(&a),
+        Cmd::Check(a) => cli::check::run(&a),
     };
     std::process::exit(code);
 }

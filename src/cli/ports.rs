@@ -183,14 +183,79 @@ fn print_json(v: &Value) {
 
 /// The `--json` document (schema version 1, docs/CLI.md).
 pub fn to_json(l: &Loaded) -> Value {
+    let host = l.host_facts();
+    let cpc_cfg = openib_cpc::CpcConfig::from_env().unwrap_or_else(|e| {
+        eprintln!("warning: ignoring CPC settings: {e}");
+        openib_cpc::CpcConfig::default()
+    });
     json!({
         "schema_version": 1,
         "source": l.source,
-        "ports": l.discovery.ports.iter().map(port_json).collect::<Vec<_>>(),
+        "host": {"rdmacm": host.rdmacm.is_ok(), "ucm": host.ucm, "kernel": host.kernel},
+        "ports": l.discovery.ports.iter().map(|p| {
+            let mut v = port_json(p);
+            v["cpcs"] = cpcs_json(&openib_cpc::evaluate(p, l.has_ip(p), &host, &cpc_cfg));
+            v
+        }).collect::<Vec<_>>(),
         "warnings": l.discovery.warnings,
         "unmatched_filters": l.discovery.unmatched_filters,
         "problems": l.problems,
     })
+}
+
+/// The CPC verdicts of a port: every CPC, with its priority when usable or its reason when not.
+pub fn cpcs_json(
+    verdicts: &[(
+        openib_cpc::CpcId,
+        Result<openib_cpc::Advert, openib_cpc::Unusable>,
+    )],
+) -> Value {
+    Value::Array(
+        verdicts
+            .iter()
+            .map(|(id, v)| match v {
+                Ok(a) => json!({"name": id.name(), "index": id.index(), "usable": true, "priority": a.priority, "reason": null}),
+                Err(why) => json!({"name": id.name(), "index": id.index(), "usable": false, "priority": null, "reason": why.to_string()}),
+            })
+            .collect(),
+    )
+}
+
+impl Loaded {
+    /// The host facts CPC verdicts depend on: probed on hardware; for a fixture, librdmacm
+    /// present and no ib_ucm (as on every Linux since 5.3).
+    pub fn host_facts(&self) -> openib_cpc::HostFacts {
+        if self.source == "hardware" {
+            openib_cpc::HostFacts::probe()
+        } else {
+            openib_cpc::HostFacts {
+                rdmacm: Ok(()),
+                ucm: false,
+                kernel: "assumed >= 5.3 (fixture)".into(),
+            }
+        }
+    }
+
+    /// Whether the port's network device has a non-link-local IP address (rdmacm needs one).
+    pub fn has_ip(&self, p: &Port) -> bool {
+        let names: Vec<&str> = p
+            .raw
+            .netdev
+            .iter()
+            .map(String::as_str)
+            .chain(p.raw.gids.iter().filter_map(|g| g.netdev.as_deref()))
+            .collect();
+        self.topology
+            .netdevs
+            .iter()
+            .filter(|n| names.contains(&n.name.as_str()))
+            .any(|n| {
+                n.addrs.iter().any(|a| match a.addr {
+                    std::net::IpAddr::V4(_) => true,
+                    std::net::IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) != 0xfe80,
+                })
+            })
+    }
 }
 
 /// One port's JSON object.

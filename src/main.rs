@@ -32,6 +32,11 @@ enum Cmd {
     /// Can two nodes connect? Takes two `openib ports --json` documents; names the port pairs,
     /// the winning CPC and why, or what to change.
     Check(cli::check::CheckArgs),
+    /// The packed modex: show what this node publishes, decode a blob, compare sizes at scale.
+    Modex {
+        #[command(subcommand)]
+        cmd: cli::modex::ModexCmd,
+    },
 }
 
 fn main() {
@@ -43,6 +48,7 @@ fn main() {
         Cmd::Events(a) => cli::events::run(&a),
         Cmd::Run(a) => cli::run::run(&a),
         Cmd::Check(a) => cli::check::run(&a),
+        Cmd::Modex { cmd } => cli::modex::run(cmd),
     };
     std::process::exit(code);
 }

@@ -225,7 +225,10 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
             "rdma_read",
             "fetch_add",
             "compare_swap",
-            "srq_channel"
+            "srq_channel",
+            "udcm_connect",
+            "oob_connect",
+            "rdmacm_connect"
         ]
     );
 

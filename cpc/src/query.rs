@@ -53,6 +53,8 @@ pub enum Unusable {
         "device {device} has no XRC support (IBV_DEVICE_XRC is not set; SoftRoCE never has it)"
     )]
     NoXrc { device: String },
+    #[error("device {device} has XRC, but this build has no XRC connection path yet (it could not be tested without XRC hardware); use oob, udcm or rdmacm")]
+    XrcNotImplemented { device: String },
     #[error("the kernel ({kernel}) has no userspace IB connection manager (/dev/infiniband/ucm*; Linux removed ib_ucm in 5.3)")]
     NoUcm { kernel: String },
     #[error("ibcm needs an InfiniBand port; {port} is {link_layer}")]
@@ -80,7 +82,9 @@ pub fn query(cpc: CpcId, port: &Port, has_ip: bool, host: &HostFacts) -> Result<
         CpcId::Oob | CpcId::Udcm => Ok(()),
         CpcId::Xoob => {
             if port.xrc {
-                Ok(())
+                Err(Unusable::XrcNotImplemented {
+                    device: port.device.clone(),
+                })
             } else {
                 Err(Unusable::NoXrc {
                     device: port.device.clone(),

@@ -41,8 +41,11 @@ fn roce_port_on_a_modern_kernel() {
         Err(Unusable::NotInfiniBand { .. })
     ));
     assert!(
-        verdict(&v, CpcId::Xoob).is_ok(),
-        "the fixture's ConnectX has XRC"
+        matches!(
+            verdict(&v, CpcId::Xoob),
+            Err(Unusable::XrcNotImplemented { .. })
+        ),
+        "the fixture's ConnectX has XRC, but the XRC path is not built: it says so"
     );
     let ads = adverts(&v);
     assert_eq!(

@@ -95,7 +95,9 @@ fn sockaddr(addr: &SocketAddr) -> libc::sockaddr_storage {
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from(*a.ip()).to_be() },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from(*a.ip()).to_be(),
+                },
                 sin_zero: [0; 8],
             };
             // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
@@ -106,7 +108,9 @@ fn sockaddr(addr: &SocketAddr) -> libc::sockaddr_storage {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             // SAFETY: as above.
@@ -130,7 +134,10 @@ impl CmChannel {
             let fd = (*raw).fd;
             let flags = libc::fcntl(fd, libc::F_GETFL);
             if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
-                return Err(Error::last_os("fcntl(O_NONBLOCK) on the rdmacm channel", ""));
+                return Err(Error::last_os(
+                    "fcntl(O_NONBLOCK) on the rdmacm channel",
+                    "",
+                ));
             }
         }
         Ok(CmChannel { inner })
@@ -141,11 +148,21 @@ impl CmChannel {
         let lib = rdmacm()?;
         let mut id: *mut cm::rdma_cm_id = std::ptr::null_mut();
         // SAFETY: valid channel and out pointer.
-        let rc = unsafe { lib.rdma_create_id(self.inner.raw, &mut id, std::ptr::null_mut(), cm::RDMA_PS_TCP) };
+        let rc = unsafe {
+            lib.rdma_create_id(
+                self.inner.raw,
+                &mut id,
+                std::ptr::null_mut(),
+                cm::RDMA_PS_TCP,
+            )
+        };
         if rc != 0 {
             return Err(Error::last_os("rdma_create_id", ""));
         }
-        Ok(CmId { raw: id, _ch: self.inner.clone() })
+        Ok(CmId {
+            raw: id,
+            _ch: self.inner.clone(),
+        })
     }
 
     /// The next event, if one is waiting (never blocks).
@@ -159,7 +176,11 @@ impl CmChannel {
             if err.kind() == std::io::ErrorKind::WouldBlock {
                 return Ok(None);
             }
-            return Err(Error::Verb { verb: "rdma_get_cm_event", context: String::new(), source: err });
+            return Err(Error::Verb {
+                verb: "rdma_get_cm_event",
+                context: String::new(),
+                source: err,
+            });
         }
         // SAFETY: `ev` is a live event until acknowledged below; the union member read is the
         // one its type says is valid (conn for connect requests/responses).
@@ -181,20 +202,45 @@ impl CmChannel {
                 n => CmEventKind::Other(n),
             };
             let (mut private_data, mut peer_qp_num) = (Vec::new(), 0);
-            if matches!(kind, CmEventKind::ConnectRequest | CmEventKind::ConnectResponse | CmEventKind::Established) {
+            if matches!(
+                kind,
+                CmEventKind::ConnectRequest
+                    | CmEventKind::ConnectResponse
+                    | CmEventKind::Established
+            ) {
                 let conn = e.param.conn.as_ref();
                 if !conn.private_data.is_null() {
-                    private_data = std::slice::from_raw_parts(conn.private_data as *const u8, conn.private_data_len as usize).to_vec();
+                    private_data = std::slice::from_raw_parts(
+                        conn.private_data as *const u8,
+                        conn.private_data_len as usize,
+                    )
+                    .to_vec();
                 }
                 peer_qp_num = conn.qp_num;
             }
             let (token, new_id) = if kind == CmEventKind::ConnectRequest {
-                (e.listen_id as usize, Some(CmId { raw: e.id, _ch: self.inner.clone() }))
+                (
+                    e.listen_id as usize,
+                    Some(CmId {
+                        raw: e.id,
+                        _ch: self.inner.clone(),
+                    }),
+                )
             } else {
                 (e.id as usize, None)
             };
-            let name = std::ffi::CStr::from_ptr(lib.rdma_event_str(e.event)).to_string_lossy().into_owned();
-            CmEvent { kind, status: e.status, token, new_id, private_data, peer_qp_num, name }
+            let name = std::ffi::CStr::from_ptr(lib.rdma_event_str(e.event))
+                .to_string_lossy()
+                .into_owned();
+            CmEvent {
+                kind,
+                status: e.status,
+                token,
+                new_id,
+                private_data,
+                peer_qp_num,
+                name,
+            }
         };
         // SAFETY: acknowledges the event read above, once.
         unsafe { lib.rdma_ack_cm_event(ev) };
@@ -212,7 +258,9 @@ impl CmId {
         let lib = rdmacm()?;
         let mut ss = sockaddr(addr);
         // SAFETY: valid id; `ss` holds a sockaddr of the family it states.
-        let rc = unsafe { lib.rdma_bind_addr(self.raw, (&mut ss as *mut libc::sockaddr_storage).cast()) };
+        let rc = unsafe {
+            lib.rdma_bind_addr(self.raw, (&mut ss as *mut libc::sockaddr_storage).cast())
+        };
         if rc != 0 {
             return Err(Error::last_os("rdma_bind_addr", addr));
         }
@@ -235,13 +283,28 @@ impl CmId {
         Ok(u16::from_be(unsafe { lib.rdma_get_src_port(self.raw) }))
     }
 
-    pub fn resolve_addr(&self, src: Option<&SocketAddr>, dst: &SocketAddr, timeout_ms: i32) -> Result<()> {
+    pub fn resolve_addr(
+        &self,
+        src: Option<&SocketAddr>,
+        dst: &SocketAddr,
+        timeout_ms: i32,
+    ) -> Result<()> {
         let lib = rdmacm()?;
         let mut s = src.map(sockaddr);
         let mut d = sockaddr(dst);
-        let sp = s.as_mut().map(|s| (s as *mut libc::sockaddr_storage).cast()).unwrap_or(std::ptr::null_mut());
+        let sp = s
+            .as_mut()
+            .map(|s| (s as *mut libc::sockaddr_storage).cast())
+            .unwrap_or(std::ptr::null_mut());
         // SAFETY: valid id; the sockaddrs live across the call.
-        let rc = unsafe { lib.rdma_resolve_addr(self.raw, sp, (&mut d as *mut libc::sockaddr_storage).cast(), timeout_ms) };
+        let rc = unsafe {
+            lib.rdma_resolve_addr(
+                self.raw,
+                sp,
+                (&mut d as *mut libc::sockaddr_storage).cast(),
+                timeout_ms,
+            )
+        };
         if rc != 0 {
             return Err(Error::last_os("rdma_resolve_addr", dst));
         }
@@ -261,12 +324,18 @@ impl CmId {
     /// computes them (path, PSNs, MTU from the resolved route).
     pub fn qp_attr(&self, state: u32) -> Result<(QpAttr, u32)> {
         let lib = rdmacm()?;
-        let mut attr = QpAttr { qp_state: state, ..Default::default() };
+        let mut attr = QpAttr {
+            qp_state: state,
+            ..Default::default()
+        };
         let mut mask: i32 = 0;
         // SAFETY: valid id and out pointers.
         let rc = unsafe { lib.rdma_init_qp_attr(self.raw, &mut attr, &mut mask) };
         if rc != 0 {
-            return Err(Error::last_os("rdma_init_qp_attr", format!("state {state}")));
+            return Err(Error::last_os(
+                "rdma_init_qp_attr",
+                format!("state {state}"),
+            ));
         }
         Ok((attr, mask as u32))
     }
@@ -318,7 +387,14 @@ impl CmId {
     pub fn reject(&self, private: &[u8]) -> Result<()> {
         let lib = rdmacm()?;
         // SAFETY: valid id of a connect request.
-        if unsafe { lib.rdma_reject(self.raw, private.as_ptr().cast(), private.len().min(56) as u8) } != 0 {
+        if unsafe {
+            lib.rdma_reject(
+                self.raw,
+                private.as_ptr().cast(),
+                private.len().min(56) as u8,
+            )
+        } != 0
+        {
             return Err(Error::last_os("rdma_reject", ""));
         }
         Ok(())

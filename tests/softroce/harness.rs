@@ -118,9 +118,15 @@ fn tmp_shares() -> Vec<String> {
     for d in dirs {
         let Ok(d) = d.canonicalize() else { continue };
         let mut comps = d.components();
-        let (Some(_root), Some(first), Some(second)) = (comps.next(), comps.next(), comps.next()) else { continue };
+        let (Some(_root), Some(first), Some(second)) = (comps.next(), comps.next(), comps.next())
+        else {
+            continue;
+        };
         if first.as_os_str() == "tmp" {
-            let top = PathBuf::from("/tmp").join(second.as_os_str()).display().to_string();
+            let top = PathBuf::from("/tmp")
+                .join(second.as_os_str())
+                .display()
+                .to_string();
             if !out.contains(&top) {
                 out.push("--share".to_string());
                 out.push(top);

@@ -34,6 +34,7 @@
 
 // The bindings live in sys/src/ffi/pmix.rs beside the verbs ones; they are mounted here so that
 // ffi/mod.rs (shared with other work) needs no change.
+#[rustfmt::skip]
 #[path = "../ffi/pmix.rs"]
 pub mod ffi;
 

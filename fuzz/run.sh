@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Runs every modex fuzz target for SECONDS seconds each (default 60), starting from the
+# checked-in seed corpus (fuzz/corpus/TARGET, read only: new inputs go to a scratch dir).
+# Exits non-zero if a target crashes; the crashing input is left in fuzz/artifacts/TARGET/
+# (turn it into a regression: copy it to fuzz/regressions/TARGET/ and run
+# `cargo test -p openib --test modex_corpus`).
+#
+#   fuzz/run.sh 120
+#
+# Needs cargo-fuzz (installed here if missing) and a nightly compiler, or RUSTC_BOOTSTRAP=1
+# on stable (set here).
+set -euo pipefail
+SECONDS_EACH="${1:-60}"
+cd "$(dirname "$0")"
+export RUSTC_BOOTSTRAP=1
+if ! cargo fuzz --version >/dev/null 2>&1; then
+  echo "fuzz/run.sh: installing cargo-fuzz" >&2
+  cargo install cargo-fuzz --locked
+fi
+scratch="$(mktemp -d)"
+trap 'rm -rf "$scratch"' EXIT
+status=0
+for target in node_blob proc_blob; do
+  mkdir -p "$scratch/$target" "artifacts/$target"
+  echo "fuzz/run.sh: $target for ${SECONDS_EACH}s" >&2
+  if ! cargo fuzz run "$target" "$scratch/$target" "corpus/$target" "regressions/$target" -- \
+      -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -max_len=4096 \
+      -artifact_prefix="artifacts/$target/" -print_final_stats=1 2>&1 | tee "$scratch/$target.log" | grep -E "^(#[0-9]+ *DONE|==|SUMMARY|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus)" ; then
+    :
+  fi
+  if grep -qE "ERROR: libFuzzer|panicked at|SUMMARY: .*Sanitizer|deadly signal" "$scratch/$target.log"; then
+    echo "fuzz/run.sh: $target FOUND A CRASH; see fuzz/artifacts/$target/" >&2
+    grep -E "panicked at|SUMMARY|Test unit written" "$scratch/$target.log" >&2 || true
+    status=1
+  fi
+done
+exit $status

@@ -2,6 +2,7 @@
 
 pub mod check;
 pub mod events;
+pub mod exchange;
 pub mod modex;
 pub mod ports;
 pub mod run;

@@ -63,6 +63,9 @@ pub enum ModexCmd {
         #[arg(long)]
         json: bool,
     },
+    /// Run the node-leader exchange under the job's runtime (mpirun, srun, openib run, or
+    /// alone) and have rank 0 print what it rebuilt of every peer.
+    Exchange(super::exchange::ExchangeArgs),
 }
 
 /// What a subcommand printed and its exit code.
@@ -102,6 +105,9 @@ macro_rules! errln {
 /// Runs a `modex` subcommand, prints what it printed and returns the exit code. Never panics
 /// on bad input.
 pub fn run(cmd: ModexCmd) -> i32 {
+    if let ModexCmd::Exchange(a) = cmd {
+        return super::exchange::run(&a);
+    }
     let o = exec(cmd);
     print!("{}", o.stdout);
     eprint!("{}", o.stderr);
@@ -114,6 +120,7 @@ pub fn exec(cmd: ModexCmd) -> Outcome {
         ModexCmd::Show { json, .. } => (*json, "show"),
         ModexCmd::Decode { json, .. } => (*json, "decode"),
         ModexCmd::Size { json, .. } => (*json, "size"),
+        ModexCmd::Exchange(a) => (a.json, "exchange"),
     };
     let mut o = Outcome::default();
     let r = match cmd {
@@ -132,6 +139,10 @@ pub fn exec(cmd: ModexCmd) -> Outcome {
             values,
             json,
         } => size(&mut o, nodes as usize, ppn as usize, &source, values, json),
+        ModexCmd::Exchange(a) => {
+            o.code = super::exchange::run(&a);
+            return o;
+        }
     };
     match r {
         Ok(()) => o.code = exit::OK,

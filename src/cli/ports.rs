@@ -10,7 +10,7 @@ use std::path::PathBuf;
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct PortSource {
     /// Read this topology file (docs/FIXTURES.md) instead of the hardware.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "OPENIB_FIXTURE")]
     pub fixture: Option<PathBuf>,
     /// Use only these devices or ports (comma-separated DEVICE or DEVICE:PORT).
     #[arg(long, value_name = "LIST", env = "OPENIB_IF_INCLUDE")]

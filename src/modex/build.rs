@@ -12,6 +12,32 @@ use super::procs::{PortSet, ProcBlob};
 use openib_ports::{Discovery, LinkLayer, Port, Topology};
 use std::net::IpAddr;
 
+/// Extension kind carrying the node's device names, NUL-separated, in device-table order.
+pub const EXT_DEVICE_NAMES: u32 = 1;
+
+/// The device names of a node blob's [`EXT_DEVICE_NAMES`] extension, if it has a valid one.
+pub fn device_names(blob: &NodeBlob) -> Option<Vec<String>> {
+    let e = blob
+        .extensions
+        .iter()
+        .find(|e| e.kind == EXT_DEVICE_NAMES)?;
+    let names: Vec<String> = std::str::from_utf8(&e.data)
+        .ok()?
+        .split('\0')
+        .map(str::to_string)
+        .collect();
+    (names.len() == blob.devices.len()).then_some(names)
+}
+
+/// `device:port` of node-blob port `i`, from the names extension (`devN:port` without it).
+pub fn port_name(blob: &NodeBlob, i: usize) -> String {
+    let p = &blob.ports[i];
+    match device_names(blob) {
+        Some(n) => format!("{}:{}", n[p.device as usize], p.port_num),
+        None => format!("dev{}:{}", p.device, p.port_num),
+    }
+}
+
 /// A node blob with the names of what its indices refer to.
 #[derive(Debug, Clone)]
 pub struct NodeBuild {
@@ -113,6 +139,11 @@ pub fn build_node(
         b.port_names.push(p.name());
         b.adverts.push(adverts);
     }
+    // Extension 1: the device names, so peers can name ports as `device:port`.
+    b.blob.extensions.push(super::node::Extension {
+        kind: EXT_DEVICE_NAMES,
+        data: b.device_names.join("\0").into_bytes(),
+    });
     if b.blob.ports.is_empty() {
         return Err(EncodeError::Invalid(
             "no usable port: there is nothing to publish".into(),

@@ -28,6 +28,7 @@ pub mod reader;
 
 pub mod advert;
 pub mod build;
+pub mod exchange;
 pub mod size;
 pub mod synth;
 

@@ -1,0 +1,304 @@
+//! `openib modex exchange` under real runtimes: Open MPI's mpirun (PMIx), `openib run` with
+//! emulated nodes, and alone. Every rank checks every peer's per-process parts itself (the
+//! command exits non-zero otherwise); rank 0's JSON is checked here against the fixtures.
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::process::{Command, Output};
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_openib")
+}
+
+fn fixture(name: &str) -> String {
+    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn clean(c: &mut Command) -> &mut Command {
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {
+            c.env_remove(k);
+        }
+    }
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+}
+
+fn run(c: &mut Command) -> Output {
+    let o = clean(c).output().expect("start");
+    assert!(
+        o.status.success(),
+        "{:?} failed ({:?})\nstdout: {}\nstderr: {}",
+        c,
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+fn doc(o: &Output) -> Value {
+    serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
+}
+
+fn have_mpirun() -> bool {
+    Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// The usable ports and CPC names a fixture gives, as `openib ports --json` derives them.
+fn expected(fix: &str, include: Option<&str>) -> (Vec<String>, BTreeSet<String>) {
+    let mut c = Command::new(bin());
+    c.args(["ports", "--json", "--fixture", fix]);
+    if let Some(i) = include {
+        c.args(["--include", i]);
+    }
+    let v = doc(&run(&mut c));
+    let mut ports = Vec::new();
+    let mut cpcs = BTreeSet::new();
+    for p in v["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| p["usable"] == true)
+    {
+        ports.push(p["name"].as_str().unwrap().to_string());
+        for c in p["cpcs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|c| c["usable"] == true)
+        {
+            cpcs.insert(c["name"].as_str().unwrap().to_string());
+        }
+    }
+    (ports, cpcs)
+}
+
+fn check_peers(v: &Value, size: usize, nodes: usize) {
+    assert_eq!(v["size"], size as u64, "{v}");
+    let peers = v["peers"].as_array().unwrap();
+    assert_eq!(peers.len(), size);
+    let leaders: Vec<u64> = peers
+        .iter()
+        .filter(|p| p["leader"] == true)
+        .map(|p| p["rank"].as_u64().unwrap())
+        .collect();
+    assert_eq!(leaders.len(), nodes, "one leader per node: {leaders:?}");
+    let node_names: BTreeSet<&str> = peers.iter().map(|p| p["node"].as_str().unwrap()).collect();
+    assert_eq!(node_names.len(), nodes);
+    for p in peers {
+        let put = p["put_bytes"].as_u64().unwrap();
+        assert!(
+            put > 0 || size == 1 || peers.iter().filter(|q| q["node"] == p["node"]).count() == 1,
+            "{p}"
+        );
+        if p["leader"] == true {
+            // Leaders put the node blob; others only their proc blob (smaller).
+            for q in peers
+                .iter()
+                .filter(|q| q["node"] == p["node"] && q["leader"] == false)
+            {
+                assert!(put > q["put_bytes"].as_u64().unwrap(), "leader {p} vs {q}");
+            }
+        }
+    }
+}
+
+fn peer_ports(v: &Value, rank: usize) -> Vec<String> {
+    v["peers"][rank]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn peer_cpcs(v: &Value, rank: usize) -> BTreeSet<String> {
+    v["peers"][rank]["cpcs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn mpirun_np8_every_mode_rebuilds_every_peer() {
+    if !have_mpirun() {
+        panic!("mpirun is not installed (scripts/setup installs openmpi-bin)");
+    }
+    let fix = fixture("ib-dual-port.json");
+    let (ports, cpcs) = expected(&fix, None);
+    for mode in ["gathered", "per-process", "on-demand"] {
+        let o = run(Command::new("mpirun").args([
+            "--oversubscribe",
+            "-np",
+            "8",
+            bin(),
+            "modex",
+            "exchange",
+            "--json",
+            "--fixture",
+            &fix,
+            "--mode",
+            mode,
+        ]));
+        let v = doc(&o);
+        assert_eq!(v["backend"], "pmix");
+        assert_eq!(v["mode"], mode);
+        check_peers(&v, 8, 1);
+        for r in 0..8 {
+            assert_eq!(peer_ports(&v, r), ports, "rank {r} in {mode}");
+            assert_eq!(peer_cpcs(&v, r), cpcs, "rank {r} in {mode}");
+        }
+    }
+}
+
+#[test]
+fn mpirun_heterogeneous_include_on_one_node() {
+    if !have_mpirun() {
+        panic!("mpirun is not installed (scripts/setup installs openmpi-bin)");
+    }
+    let fix = fixture("ib-dual-port.json");
+    // MPMD: rank 0 and 1 use only port 2, ranks 2 and 3 use only port 1.
+    let mut c = Command::new("mpirun");
+    c.args([
+        "--oversubscribe",
+        "-np",
+        "2",
+        "-x",
+        "OPENIB_IF_INCLUDE=mlx5_0:2",
+        bin(),
+        "modex",
+        "exchange",
+        "--json",
+        "--fixture",
+        &fix,
+    ]);
+    c.args([
+        ":",
+        "-np",
+        "2",
+        "-x",
+        "OPENIB_IF_INCLUDE=mlx5_0:1",
+        bin(),
+        "modex",
+        "exchange",
+        "--json",
+        "--fixture",
+        &fix,
+    ]);
+    let v = doc(&run(&mut c));
+    check_peers(&v, 4, 1);
+    assert_eq!(peer_ports(&v, 0), ["mlx5_0:2"]);
+    assert_eq!(peer_ports(&v, 1), ["mlx5_0:2"]);
+    assert_eq!(peer_ports(&v, 2), ["mlx5_0:1"]);
+    assert_eq!(peer_ports(&v, 3), ["mlx5_0:1"]);
+}
+
+#[test]
+fn openib_run_with_1_2_and_4_nodes_and_alone() {
+    let fix = fixture("ib-dual-port.json");
+    let (ports, _) = expected(&fix, None);
+    for (n, nodes) in [(1, 1), (4, 1), (4, 2), (8, 4)] {
+        let o = run(Command::new(bin()).args([
+            "run",
+            "-n",
+            &n.to_string(),
+            "--nodes",
+            &nodes.to_string(),
+            "--timeout",
+            "60",
+            "--",
+            bin(),
+            "modex",
+            "exchange",
+            "--json",
+            "--fixture",
+            &fix,
+        ]));
+        let v = doc(&o);
+        assert_eq!(v["backend"], "embedded");
+        check_peers(&v, n, nodes);
+        for r in 0..n {
+            assert_eq!(peer_ports(&v, r), ports);
+        }
+    }
+    // Alone: a singleton.
+    let v = doc(&run(Command::new(bin()).args([
+        "modex",
+        "exchange",
+        "--json",
+        "--fixture",
+        &fix,
+    ])));
+    assert_eq!(v["backend"], "singleton");
+    check_peers(&v, 1, 1);
+}
+
+#[test]
+fn emulated_nodes_with_their_own_topologies_and_per_rank_ports() {
+    let (a, b) = (fixture("ib-dual-port.json"), fixture("lmc2.json"));
+    let o = run(Command::new(bin()).args([
+        "run",
+        "-n",
+        "4",
+        "--nodes",
+        "2",
+        "--fixture-per-node",
+        &format!("{a},{b}"),
+        "--rank-env",
+        "1:OPENIB_IF_INCLUDE=mlx5_0:2",
+        "--timeout",
+        "60",
+        "--",
+        bin(),
+        "modex",
+        "exchange",
+        "--json",
+    ]));
+    let v = doc(&o);
+    check_peers(&v, 4, 2);
+    assert_eq!(peer_ports(&v, 0), ["mlx5_0:1", "mlx5_0:2"]);
+    assert_eq!(peer_ports(&v, 1), ["mlx5_0:2"], "rank 1's own include list");
+    assert_eq!(
+        peer_ports(&v, 2),
+        ["mlx4_0:1"],
+        "node 1 has the lmc2 fixture's HCA"
+    );
+    assert_eq!(peer_ports(&v, 3), ["mlx4_0:1"]);
+}
+
+#[test]
+fn a_peer_that_never_arrives_fails_the_fence_naming_it() {
+    let fix = fixture("ib-dual-port.json");
+    let script = format!(
+        "if [ \"$OPENIB_RT_RANK\" = 2 ]; then sleep 30; else exec {} modex exchange --fixture {fix} --timeout 2; fi",
+        bin()
+    );
+    let o = clean(Command::new(bin()).args([
+        "run",
+        "-n",
+        "3",
+        "--timeout",
+        "8",
+        "--",
+        "sh",
+        "-c",
+        &script,
+    ]))
+    .output()
+    .unwrap();
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    for r in [0, 1] {
+        assert!(
+            err.contains(&format!("rank {r}: fence timed out")) && err.contains("[2]"),
+            "rank {r} must name rank 2: {err}"
+        );
+    }
+}

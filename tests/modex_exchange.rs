@@ -277,7 +277,7 @@ fn emulated_nodes_with_their_own_topologies_and_per_rank_ports() {
 fn a_peer_that_never_arrives_fails_the_fence_naming_it() {
     let fix = fixture("ib-dual-port.json");
     let script = format!(
-        "if [ \"$OPENIB_RT_RANK\" = 2 ]; then sleep 30; else exec {} modex exchange --fixture {fix} --timeout 2; fi",
+        "if [ \"$OPENIB_RT_RANK\" = 2 ]; then exec sleep 30; else exec {} modex exchange --fixture {fix} --timeout 2; fi",
         bin()
     );
     let o = clean(Command::new(bin()).args([

@@ -114,6 +114,12 @@ pub fn run(a: &ExchangeArgs) -> i32 {
             ));
         }
     }
+    // What rank 0 reports as this rank's put bytes is rebuilt from the blobs; it must equal
+    // what this rank really put.
+    let me = &table.peers[info.rank as usize];
+    if me.put_bytes != table.my_put_bytes {
+        return fail(format!("put {} bytes but the format accounts for {}", table.my_put_bytes, me.put_bytes));
+    }
     if info.rank == 0 {
         print(&table, &info, elapsed, a.json);
     }

@@ -10,5 +10,6 @@ pub use openib_ports as ports;
 
 pub mod cli;
 pub mod modex;
+pub mod ping;
 pub mod runtime;
 pub mod selftest;

@@ -32,6 +32,8 @@ enum Cmd {
     /// Can two nodes connect? Takes two `openib ports --json` documents; names the port pairs,
     /// the winning CPC and why, or what to change.
     Check(cli::check::CheckArgs),
+    /// Connect every rank to every other rank through the CPC path and exchange a message each way.
+    Ping(cli::ping::PingArgs),
     /// The packed modex: show what this node publishes, decode a blob, compare sizes at scale.
     Modex {
         #[command(subcommand)]
@@ -49,6 +51,7 @@ fn main() {
         Cmd::Run(a) => cli::run::run(&a),
         Cmd::Check(a) => cli::check::run(&a),
         Cmd::Modex { cmd } => cli::modex::run(cmd),
+        Cmd::Ping(a) => cli::ping::run(&a),
     };
     std::process::exit(code);
 }

@@ -118,7 +118,10 @@ pub fn run(a: &ExchangeArgs) -> i32 {
     // what this rank really put.
     let me = &table.peers[info.rank as usize];
     if me.put_bytes != table.my_put_bytes {
-        return fail(format!("put {} bytes but the format accounts for {}", table.my_put_bytes, me.put_bytes));
+        return fail(format!(
+            "put {} bytes but the format accounts for {}",
+            table.my_put_bytes, me.put_bytes
+        ));
     }
     if info.rank == 0 {
         print(&table, &info, elapsed, a.json);

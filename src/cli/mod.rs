@@ -4,6 +4,7 @@ pub mod check;
 pub mod events;
 pub mod exchange;
 pub mod modex;
+pub mod ping;
 pub mod ports;
 pub mod run;
 pub mod selftest;

@@ -1,0 +1,594 @@
+//! `openib ping`: every rank connects to every other rank through the CPC path (the winner of
+//! the two ports' CPC lists, or one CPC named), exchanges one message each way, and reports.
+//!
+//! The path is the real one: the CPC services are opened on the port first, their addresses
+//! (UD QP number, side-channel port, rdma_cm port) travel as the per-process parts of the
+//! modex, the exchange runs over the job's runtime, and each pair's lower rank initiates.
+
+use crate::modex::build::{build_node, port_name, NodeBuild};
+use crate::modex::exchange::{exchange, ExchangeMode, Peer};
+use crate::modex::procs::{PortSet, ProcBlob};
+use crate::runtime::{Runtime, Scope};
+use openib_cpc::{
+    pair_ports, select, Advert, Connection, Connector, CpcConfig, CpcId, HostFacts, LocalPort,
+    OobService, PortView, RdmacmService, Retry, UdAddress, UdcmService,
+};
+use openib_ports::{derive, DeriveConfig, Discovery, Filter, Topology};
+use openib_sys::{Access, MemoryRegion, QpCaps, RecvRequest, SendOp, SendRequest, WorkCompletion};
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
+use std::time::{Duration, Instant};
+
+/// Key under which each rank publishes its ping results for rank 0.
+pub const KEY_RESULTS: &str = "oibK";
+
+/// One pair's outcome, from the lower rank's side.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PairResult {
+    pub from: u32,
+    pub to: u32,
+    pub cpc: Option<String>,
+    pub connect_us: Option<f64>,
+    pub ok: bool,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PingError {
+    #[error("{0}")]
+    Setup(String),
+    #[error(transparent)]
+    Runtime(#[from] crate::runtime::RuntimeError),
+    #[error(transparent)]
+    Exchange(#[from] crate::modex::exchange::ExchangeError),
+    #[error("verbs: {0}")]
+    Verbs(#[from] openib_sys::Error),
+}
+
+/// Settings of a ping run.
+pub struct PingConfig {
+    pub derive: DeriveConfig,
+    /// Force this CPC for every pair (it must be usable on both sides).
+    pub cpc: Option<CpcId>,
+    pub timeout: Duration,
+    pub mode: ExchangeMode,
+}
+
+struct Services {
+    port: LocalPort,
+    udcm: Option<Connector<UdcmService>>,
+    oob: Option<Connector<OobService>>,
+    rdmacm: Option<RdmacmService>,
+}
+
+impl Services {
+    fn progress(&mut self, now: Instant) -> Result<(), openib_sys::Error> {
+        if let Some(c) = &mut self.udcm {
+            c.progress(now)?;
+        }
+        if let Some(c) = &mut self.oob {
+            c.progress(now)?;
+        }
+        if let Some(c) = &mut self.rdmacm {
+            c.progress(now)?;
+        }
+        Ok(())
+    }
+
+    fn take(&mut self) -> (Vec<(CpcId, Connection)>, Vec<(CpcId, u32, String)>) {
+        let mut ok = Vec::new();
+        let mut bad = Vec::new();
+        if let Some(c) = &mut self.udcm {
+            ok.extend(c.take_established().into_iter().map(|x| (CpcId::Udcm, x)));
+            bad.extend(
+                c.take_failed()
+                    .into_iter()
+                    .map(|(p, _, e)| (CpcId::Udcm, p, e.to_string())),
+            );
+        }
+        if let Some(c) = &mut self.oob {
+            ok.extend(c.take_established().into_iter().map(|x| (CpcId::Oob, x)));
+            bad.extend(
+                c.take_failed()
+                    .into_iter()
+                    .map(|(p, _, e)| (CpcId::Oob, p, e.to_string())),
+            );
+        }
+        if let Some(c) = &mut self.rdmacm {
+            ok.extend(c.take_established().into_iter().map(|x| (CpcId::Rdmacm, x)));
+            bad.extend(
+                c.take_failed()
+                    .into_iter()
+                    .map(|(p, _, e)| (CpcId::Rdmacm, p, e.to_string())),
+            );
+        }
+        (ok, bad)
+    }
+}
+
+fn le(v: u64, w: usize) -> Vec<u8> {
+    v.to_le_bytes()[..w].to_vec()
+}
+
+fn le_read(b: &[u8]) -> u64 {
+    b.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64)
+}
+
+fn ip_from(b: &[u8]) -> Option<IpAddr> {
+    match b.len() {
+        4 => Some(IpAddr::from(<[u8; 4]>::try_from(b).ok()?)),
+        16 => Some(IpAddr::from(<[u8; 16]>::try_from(b).ok()?)),
+        _ => None,
+    }
+}
+
+/// Runs ping on this rank; returns every pair's result on rank 0 (others: their own pairs).
+pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingError> {
+    let info = rt.info().clone();
+    let scan = openib_ports::hw::read_topology().map_err(|e| PingError::Setup(e.to_string()))?;
+    let topo: Topology = scan.topology;
+    let discovery: Discovery = derive(&topo, &cfg.derive);
+    let unfiltered = derive(
+        &topo,
+        &DeriveConfig {
+            filter: Filter::All,
+            ..cfg.derive.clone()
+        },
+    );
+    let host = HostFacts::probe();
+    let cpc_cfg = CpcConfig::from_env().map_err(|e| PingError::Setup(e.to_string()))?;
+    let node: NodeBuild = build_node(&unfiltered, &topo, cfg.derive.gid_index, &host, &cpc_cfg)
+        .map_err(|e| PingError::Setup(e.to_string()))?;
+
+    // The one port this process serves: its first usable port.
+    let Some(port) = discovery.usable().next() else {
+        let why: Vec<String> = discovery
+            .ports
+            .iter()
+            .map(|p| format!("{}: {}", p.name(), p.reason.as_deref().unwrap_or("?")))
+            .collect();
+        return Err(PingError::Setup(format!(
+            "no usable port ({})",
+            why.join("; ")
+        )));
+    };
+    let my_index = node
+        .port_names
+        .iter()
+        .position(|n| *n == port.name())
+        .ok_or_else(|| PingError::Setup(format!("{} is not in the node blob", port.name())))?;
+    let list = openib_sys::devices()?;
+    let info_dev = list
+        .iter()
+        .find(|d| d.name() == port.device)
+        .ok_or_else(|| PingError::Setup(format!("device {} vanished", port.device)))?;
+    let ctx = info_dev.open()?;
+    drop(list);
+    let caps = QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 64,
+    };
+    let lp = LocalPort::open(
+        &ctx,
+        port.raw.port,
+        source_gid_index(port, cfg.derive.gid_index),
+        1024,
+        caps,
+    )?;
+    let ip = crate::modex::build::port_ip(port, &topo, cfg.derive.gid_index);
+    let records = &node.blob.ports[my_index].cpcs;
+    let mut svc = Services {
+        port: lp.clone(),
+        udcm: None,
+        oob: None,
+        rdmacm: None,
+    };
+    let mut parts = Vec::new();
+    for r in records {
+        let w = r.proc_len as usize;
+        let part = match CpcId::from_index(r.cpc) {
+            Some(CpcId::Udcm) => {
+                let s = UdcmService::new(&lp)?;
+                let q = s.address().qpn;
+                svc.udcm = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
+                le(q as u64, w)
+            }
+            Some(CpcId::Oob) => {
+                let s = OobService::bind(ip.unwrap_or(IpAddr::from([127, 0, 0, 1])))?;
+                let p = s.address().port();
+                svc.oob = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
+                le(p as u64, w)
+            }
+            Some(CpcId::Rdmacm) if ip.is_some() => {
+                let s = RdmacmService::bind(info.rank, &lp, ip.expect("checked"))?;
+                let p = s.address().port();
+                svc.rdmacm = Some(s);
+                le(p as u64, w)
+            }
+            _ => vec![0; w],
+        };
+        parts.push(part);
+    }
+    let mut mine_ports = PortSet::EMPTY;
+    mine_ports.insert(my_index);
+    let mine = ProcBlob {
+        ports: mine_ports,
+        parts,
+    };
+    let table = exchange(rt, &node, &mine, cfg.mode, cfg.timeout)?;
+
+    // Decide, per peer, the CPC and its address; the lower rank initiates.
+    let my_view = |nb: &crate::modex::NodeBlob, i: usize| PortView {
+        index: i,
+        subnet_id: nb.ports[i].subnet_id,
+        link_layer: nb.ports[i].link_layer.wire(),
+        mtu: openib_ports::Mtu::from_enum(nb.ports[i].mtu).unwrap_or(openib_ports::Mtu::MTU_256),
+    };
+    let local_view = [my_view(&node.blob, my_index)];
+    let local_ads: Vec<Advert> = records
+        .iter()
+        .map(|r| Advert {
+            index: r.cpc,
+            priority: r.priority,
+        })
+        .collect();
+    let mut results: BTreeMap<u32, PairResult> = BTreeMap::new();
+    let mut started: BTreeMap<u32, (CpcId, Instant)> = BTreeMap::new();
+    let start = Instant::now();
+    for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
+        let (from, to) = (info.rank.min(peer.rank), info.rank.max(peer.rank));
+        let mut res = PairResult {
+            from,
+            to,
+            cpc: None,
+            connect_us: None,
+            ok: false,
+            error: None,
+        };
+        match plan(peer, &local_view, &local_ads, cfg.cpc, &node, my_index) {
+            Err(e) => res.error = Some(e),
+            Ok((cpc, pi)) => {
+                res.cpc = Some(cpc.name().to_string());
+                if let Err(e) = add_peer(&mut svc, cpc, peer, pi) {
+                    res.error = Some(e);
+                } else {
+                    started.insert(peer.rank, (cpc, Instant::now()));
+                    if info.rank < peer.rank {
+                        match cpc {
+                            CpcId::Udcm => svc
+                                .udcm
+                                .as_mut()
+                                .expect("added")
+                                .connect(peer.rank, 0, start),
+                            CpcId::Oob => svc
+                                .oob
+                                .as_mut()
+                                .expect("added")
+                                .connect(peer.rank, 0, start),
+                            CpcId::Rdmacm => svc
+                                .rdmacm
+                                .as_mut()
+                                .expect("added")
+                                .connect(peer.rank, 0, start),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        results.insert(peer.rank, res);
+    }
+
+    // Progress until every planned pair is connected or failed.
+    let mut conns: BTreeMap<u32, Connection> = BTreeMap::new();
+    let deadline = start + cfg.timeout;
+    while conns.len() + results.values().filter(|r| r.error.is_some()).count() < results.len() {
+        let now = Instant::now();
+        svc.progress(now)?;
+        let (ok, bad) = svc.take();
+        for (cpc, c) in ok {
+            if let Some(r) = results.get_mut(&c.peer) {
+                r.connect_us = started
+                    .get(&c.peer)
+                    .map(|(_, t)| t.elapsed().as_secs_f64() * 1e6);
+                r.cpc = Some(cpc.name().to_string());
+            }
+            conns.insert(c.peer, c);
+        }
+        for (cpc, peer, e) in bad {
+            if let Some(r) = results.get_mut(&peer) {
+                r.error = Some(format!("{cpc}: {e}"));
+            }
+        }
+        if now > deadline {
+            for (p, r) in results.iter_mut() {
+                if r.error.is_none() && !conns.contains_key(p) {
+                    r.error = Some(format!("not connected within {:?}", cfg.timeout));
+                }
+            }
+            break;
+        }
+    }
+
+    // One message each way over every connection.
+    exchange_messages(&svc.port, &conns, info.rank, &mut results, cfg.timeout)?;
+    drop(conns);
+    drop(svc);
+
+    // Gather the lower ranks' views at rank 0.
+    let mine_json = serde_json::to_vec(
+        &results
+            .values()
+            .filter(|r| r.from == info.rank)
+            .collect::<Vec<_>>(),
+    )
+    .expect("serialises");
+    let my_errors: Vec<PairResult> = results.values().filter(|r| !r.ok).cloned().collect();
+    rt.put(Scope::Global, KEY_RESULTS, &mine_json)?;
+    rt.commit()?;
+    rt.fence(true, cfg.timeout)?;
+    if info.rank != 0 {
+        return Ok(my_errors);
+    }
+    let mut all = Vec::new();
+    for r in 0..info.size {
+        let b = rt.get(r, KEY_RESULTS, cfg.timeout)?;
+        let v: Vec<serde_json::Value> = serde_json::from_slice(&b)
+            .map_err(|e| PingError::Setup(format!("rank {r}'s results: {e}")))?;
+        for x in v {
+            all.push(PairResult {
+                from: x["from"].as_u64().unwrap_or(0) as u32,
+                to: x["to"].as_u64().unwrap_or(0) as u32,
+                cpc: x["cpc"].as_str().map(str::to_string),
+                connect_us: x["connect_us"].as_f64(),
+                ok: x["ok"].as_bool().unwrap_or(false),
+                error: x["error"].as_str().map(str::to_string),
+            });
+        }
+    }
+    all.sort_by_key(|r| (r.from, r.to));
+    Ok(all)
+}
+
+/// The GID index connections route from: on RoCE the first IPv4-mapped RoCE v2 GID (the one
+/// udcm advertises), else the configured index.
+pub fn source_gid_index(port: &openib_ports::Port, configured: u32) -> u32 {
+    if port.link_layer() == openib_ports::LinkLayer::Ethernet {
+        let v2 = |g: &&openib_ports::RawGid| {
+            g.gid.ipv4_mapped().is_some() && g.gid_type == openib_ports::GidType::RoceV2
+        };
+        if let Some(g) = port
+            .raw
+            .gids
+            .iter()
+            .find(v2)
+            .or_else(|| port.raw.gids.iter().find(|g| g.gid.ipv4_mapped().is_some()))
+        {
+            return g.index;
+        }
+    }
+    configured
+}
+
+/// The CPC for a pair and the peer's port index, or why there is none.
+fn plan(
+    peer: &Peer,
+    local_view: &[PortView],
+    local_ads: &[Advert],
+    forced: Option<CpcId>,
+    node: &NodeBuild,
+    my_index: usize,
+) -> Result<(CpcId, usize), String> {
+    let nb = &peer.node_blob;
+    let remote: Vec<PortView> = peer
+        .proc_blob
+        .ports
+        .iter()
+        .map(|i| PortView {
+            index: i,
+            subnet_id: nb.ports[i].subnet_id,
+            link_layer: nb.ports[i].link_layer.wire(),
+            mtu: openib_ports::Mtu::from_enum(nb.ports[i].mtu)
+                .unwrap_or(openib_ports::Mtu::MTU_256),
+        })
+        .collect();
+    let pairs = pair_ports(local_view, &remote, false);
+    let Some(pp) = pairs.first() else {
+        let theirs: Vec<String> = peer
+            .proc_blob
+            .ports
+            .iter()
+            .map(|i| {
+                format!(
+                    "{} subnet {:#018x}",
+                    port_name(nb, i),
+                    nb.ports[i].subnet_id
+                )
+            })
+            .collect();
+        return Err(format!(
+            "rank {} is unreachable: our port {} is on subnet {:#018x}, its ports are {}",
+            peer.rank,
+            node.port_names[my_index],
+            node.blob.ports[my_index].subnet_id,
+            theirs.join(", ")
+        ));
+    };
+    let remote_ads: Vec<Advert> = nb.ports[pp.remote]
+        .cpcs
+        .iter()
+        .map(|r| Advert {
+            index: r.cpc,
+            priority: r.priority,
+        })
+        .collect();
+    let names = |a: &[Advert]| {
+        a.iter()
+            .map(|x| crate::modex::advert::cpc_name(x.index))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let chosen = match forced {
+        Some(c) => {
+            if !local_ads.iter().any(|a| a.index == c.index()) {
+                return Err(format!("--cpc {c} is not usable here (this port offers {}; see openib ports --json for why)", names(local_ads)));
+            }
+            if !remote_ads.iter().any(|a| a.index == c.index()) {
+                return Err(format!(
+                    "--cpc {c}: rank {} does not offer it (it offers {})",
+                    peer.rank,
+                    names(&remote_ads)
+                ));
+            }
+            c
+        }
+        None => {
+            let w = select(local_ads, &remote_ads).ok_or_else(|| {
+                format!("no common CPC with rank {}: we offer {}, it offers {} (openib ports --json shows why the others are unusable)", peer.rank, names(local_ads), names(&remote_ads))
+            })?;
+            CpcId::from_index(w.index)
+                .ok_or_else(|| format!("winner CPC index {} is unknown to this build", w.index))?
+        }
+    };
+    if !matches!(chosen, CpcId::Udcm | CpcId::Oob | CpcId::Rdmacm) {
+        return Err(format!("{chosen} has no connection path in this build"));
+    }
+    Ok((chosen, pp.remote))
+}
+
+fn add_peer(svc: &mut Services, cpc: CpcId, peer: &Peer, pi: usize) -> Result<(), String> {
+    let nb = &peer.node_blob;
+    let port = &nb.ports[pi];
+    let slots: Vec<(usize, usize)> = ProcBlob::slots(nb, peer.proc_blob.ports).collect();
+    let (j, rec) = port
+        .cpcs
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.cpc == cpc.index())
+        .ok_or("the peer has no record for the CPC")?;
+    let k = slots
+        .iter()
+        .position(|&(a, b)| a == pi && b == j)
+        .ok_or("the peer's proc blob has no part for the CPC")?;
+    let part = &peer.proc_blob.parts[k];
+    match cpc {
+        CpcId::Udcm => {
+            let gid: [u8; 16] = rec.blob.as_slice().try_into().unwrap_or([0; 16]);
+            let addr = UdAddress {
+                qpn: le_read(part) as u32,
+                lid: port.lid,
+                gid,
+            };
+            svc.udcm
+                .as_mut()
+                .ok_or("udcm is not open here")?
+                .add_peer(peer.rank, addr);
+        }
+        CpcId::Oob => {
+            let ip = ip_from(&rec.blob).unwrap_or(IpAddr::from([127, 0, 0, 1]));
+            svc.oob
+                .as_mut()
+                .ok_or("oob is not open here")?
+                .add_peer(peer.rank, SocketAddr::new(ip, le_read(part) as u16));
+        }
+        CpcId::Rdmacm => {
+            let ip = ip_from(&rec.blob).ok_or("the peer's rdmacm record has no IP address")?;
+            svc.rdmacm
+                .as_mut()
+                .ok_or("rdmacm is not open here")?
+                .add_peer(peer.rank, SocketAddr::new(ip, le_read(part) as u16));
+        }
+        _ => return Err(format!("{cpc} has no connection path in this build")),
+    }
+    Ok(())
+}
+
+fn exchange_messages(
+    lp: &LocalPort,
+    conns: &BTreeMap<u32, Connection>,
+    me: u32,
+    results: &mut BTreeMap<u32, PairResult>,
+    timeout: Duration,
+) -> Result<(), PingError> {
+    if conns.is_empty() {
+        return Ok(());
+    }
+    const SLOT: usize = 64;
+    let n = conns.len();
+    let mut send = MemoryRegion::alloc(&lp.pd, SLOT * n, Access::LOCAL_WRITE)?;
+    let recv = MemoryRegion::alloc(&lp.pd, SLOT * n, Access::LOCAL_WRITE)?;
+    let peers: Vec<u32> = conns.keys().copied().collect();
+    for (i, p) in peers.iter().enumerate() {
+        conns[p].qp.post_recv(&RecvRequest {
+            wr_id: i as u64,
+            sges: vec![recv.sge(i * SLOT, SLOT)?],
+        })?;
+        let msg = format!("openib ping {me}->{p}");
+        send.as_mut_slice()[i * SLOT..i * SLOT + msg.len()].copy_from_slice(msg.as_bytes());
+    }
+    for (i, p) in peers.iter().enumerate() {
+        let len = format!("openib ping {me}->{p}").len();
+        conns[p].qp.post_send(&SendRequest {
+            wr_id: 1000 + i as u64,
+            op: SendOp::Send,
+            sges: vec![send.sge(i * SLOT, len)?],
+            signaled: true,
+            inline: false,
+        })?;
+    }
+    let deadline = Instant::now() + timeout;
+    let (mut got, mut sent) = (vec![false; n], vec![false; n]);
+    let mut wcs: Vec<WorkCompletion> = Vec::new();
+    while (!got.iter().all(|x| *x) || !sent.iter().all(|x| *x)) && Instant::now() < deadline {
+        wcs.clear();
+        lp.recv_cq.poll(&mut wcs, 32)?;
+        lp.send_cq.poll(&mut wcs, 32)?;
+        for wc in &wcs {
+            let (i, is_send) = if wc.wr_id >= 1000 {
+                ((wc.wr_id - 1000) as usize, true)
+            } else {
+                (wc.wr_id as usize, false)
+            };
+            let Some(p) = peers.get(i) else { continue };
+            if !wc.is_success() {
+                if let Some(r) = results.get_mut(p) {
+                    r.error = Some(format!(
+                        "{} completion: {}",
+                        if is_send { "send" } else { "receive" },
+                        wc.status_str()
+                    ));
+                }
+                got[i] = true;
+                sent[i] = true;
+                continue;
+            }
+            if is_send {
+                sent[i] = true;
+            } else {
+                let want = format!("openib ping {p}->{me}");
+                let ok = &recv.as_slice()[i * SLOT..i * SLOT + want.len()] == want.as_bytes();
+                got[i] = true;
+                if !ok {
+                    if let Some(r) = results.get_mut(p) {
+                        r.error = Some("the message arrived corrupted".into());
+                    }
+                }
+            }
+        }
+    }
+    for (i, p) in peers.iter().enumerate() {
+        if let Some(r) = results.get_mut(p) {
+            if r.error.is_none() {
+                if got[i] && sent[i] {
+                    r.ok = true;
+                } else {
+                    r.error = Some(format!("no message exchanged within {timeout:?}"));
+                }
+            }
+        }
+    }
+    Ok(())
+}

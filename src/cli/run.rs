@@ -158,8 +158,8 @@ pub fn run(a: &RunArgs) -> i32 {
         for (rank, mut c) in running {
             match c.try_wait() {
                 Ok(Some(st)) => {
-                    server.process_exited(rank);
                     let code = exit_code(&st);
+                    server.process_exited(rank, code == 0);
                     if code != 0 {
                         eprintln!("openib run: rank {rank} (pid {}) {}", c.id(), describe(&st));
                         worst = worst.max(code);

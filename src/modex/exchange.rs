@@ -69,6 +69,8 @@ pub enum ExchangeError {
     },
     #[error("rank {rank}: {what}")]
     Inconsistent { rank: u32, what: String },
+    #[error("rank {rank}'s proc blob does not fit its node's node blob ({source}): the processes of one node must see the same ports and use the same CPC settings (OPENIB_CPC_INCLUDE, OPENIB_CPC_EXCLUDE, OPENIB_CPC_PRIORITY)")]
+    Mismatch { rank: u32, source: DecodeError },
 }
 
 /// One rank as rebuilt from the modex.
@@ -142,13 +144,10 @@ pub fn exchange(
                         continue;
                     }
                     let b = rt.get(r, KEY_PROC, timeout)?;
-                    procs.push(ProcBlob::decode(&b, &node.blob).map_err(|source| {
-                        ExchangeError::Decode {
-                            rank: r,
-                            what: "proc blob",
-                            source,
-                        }
-                    })?);
+                    procs.push(
+                        ProcBlob::decode(&b, &node.blob)
+                            .map_err(|source| ExchangeError::Mismatch { rank: r, source })?,
+                    );
                 }
                 let mut nb = node.blob.clone();
                 nb.local_procs = Some(LocalProcs::gather(&node.blob, &procs)?);
@@ -213,11 +212,8 @@ pub fn exchange(
                 None if r == info.rank => mine.clone(),
                 None => {
                     let b = rt.get(r, KEY_PROC, timeout)?;
-                    ProcBlob::decode(&b, &nb).map_err(|source| ExchangeError::Decode {
-                        rank: r,
-                        what: "proc blob",
-                        source,
-                    })?
+                    ProcBlob::decode(&b, &nb)
+                        .map_err(|source| ExchangeError::Mismatch { rank: r, source })?
                 }
             };
             check(r, &nb, &proc_blob)?;

@@ -148,10 +148,12 @@ impl Server {
         ]
     }
 
-    /// Records that `rank`'s process exited (so peers waiting on it fail fast).
-    pub fn process_exited(&self, rank: u32) {
+    /// Records that `rank`'s process exited, so peers waiting on it fail fast: an exit without
+    /// a goodbye, or any unsuccessful exit (even after a goodbye), makes it a failed rank.
+    pub fn process_exited(&self, rank: u32, success: bool) {
         let mut st = self.shared.state.lock().expect("server lock");
-        if !st.finished.contains(&rank) && !st.dead.contains(&rank) {
+        let clean = success && st.finished.contains(&rank);
+        if !clean && !st.dead.contains(&rank) {
             mark_dead(&self.shared, &mut st, rank);
         }
     }

@@ -9,7 +9,9 @@ pub use openib_cpc as cpc;
 pub use openib_ports as ports;
 
 pub mod cli;
+pub mod fault;
 pub mod modex;
 pub mod ping;
 pub mod runtime;
 pub mod selftest;
+pub mod settings;

@@ -42,6 +42,19 @@ enum Cmd {
 }
 
 fn main() {
+    // A settings file fills in what the environment leaves unset (docs/CLI.md, "Settings"),
+    // before clap reads its environment-backed flags.
+    match openib::settings::file_defaults() {
+        Ok(defaults) => {
+            for (k, v) in defaults {
+                std::env::set_var(k, v);
+            }
+        }
+        Err(e) => {
+            eprintln!("openib: settings file: {e}");
+            std::process::exit(cli::exit::USAGE);
+        }
+    }
     let args = Cli::parse();
     init_logging(args.verbose);
     let code = match args.cmd {

@@ -180,6 +180,10 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
     )?;
     let ip = crate::modex::build::port_ip(port, &topo, cfg.derive.gid_index);
     let records = &node.blob.ports[my_index].cpcs;
+    let refused: Vec<String> = openib_cpc::evaluate(port, ip.is_some(), &host, &cpc_cfg)
+        .into_iter()
+        .filter_map(|(c, v)| v.err().map(|why| format!("{c}: {why}")))
+        .collect();
     let mut svc = Services {
         port: lp.clone(),
         udcm: None,
@@ -248,7 +252,15 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
             ok: false,
             error: None,
         };
-        match plan(peer, &local_view, &local_ads, cfg.cpc, &node, my_index) {
+        match plan(
+            peer,
+            &local_view,
+            &local_ads,
+            cfg.cpc,
+            &node,
+            my_index,
+            &refused,
+        ) {
             Err(e) => res.error = Some(e),
             Ok((cpc, pi)) => {
                 res.cpc = Some(cpc.name().to_string());
@@ -282,7 +294,8 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
         results.insert(peer.rank, res);
     }
 
-    // Progress until every planned pair is connected or failed.
+    crate::fault::point("in-connect", info.rank);
+    // Progress until every planned pair is connected or failed (a peer known dead fails at once).
     let mut conns: BTreeMap<u32, Connection> = BTreeMap::new();
     let deadline = start + cfg.timeout;
     while conns.len() + results.values().filter(|r| r.error.is_some()).count() < results.len() {
@@ -303,6 +316,13 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
                 r.error = Some(format!("{cpc}: {e}"));
             }
         }
+        for dead in rt.failed() {
+            if let Some(r) = results.get_mut(&dead) {
+                if r.error.is_none() && !conns.contains_key(&dead) {
+                    r.error = Some(format!("rank {dead} died before the connection was up"));
+                }
+            }
+        }
         if now > deadline {
             for (p, r) in results.iter_mut() {
                 if r.error.is_none() && !conns.contains_key(p) {
@@ -318,6 +338,15 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
     drop(conns);
     drop(svc);
 
+    for r in results.values().filter(|r| r.error.is_some()) {
+        eprintln!(
+            "openib ping: rank {}: pair {}-{}: {}",
+            info.rank,
+            r.from,
+            r.to,
+            r.error.as_deref().unwrap_or("?")
+        );
+    }
     // Gather the lower ranks' views at rank 0.
     let mine_json = serde_json::to_vec(
         &results
@@ -381,7 +410,13 @@ fn plan(
     forced: Option<CpcId>,
     node: &NodeBuild,
     my_index: usize,
+    refused: &[String],
 ) -> Result<(CpcId, usize), String> {
+    let unusable_here = if refused.is_empty() {
+        String::new()
+    } else {
+        format!("; unusable here: {}", refused.join("; "))
+    };
     let nb = &peer.node_blob;
     let remote: Vec<PortView> = peer
         .proc_blob
@@ -434,7 +469,10 @@ fn plan(
     let chosen = match forced {
         Some(c) => {
             if !local_ads.iter().any(|a| a.index == c.index()) {
-                return Err(format!("--cpc {c} is not usable here (this port offers {}; see openib ports --json for why)", names(local_ads)));
+                return Err(format!(
+                    "--cpc {c} is not usable here (this port offers {}{unusable_here})",
+                    names(local_ads)
+                ));
             }
             if !remote_ads.iter().any(|a| a.index == c.index()) {
                 return Err(format!(
@@ -447,7 +485,12 @@ fn plan(
         }
         None => {
             let w = select(local_ads, &remote_ads).ok_or_else(|| {
-                format!("no common CPC with rank {}: we offer {}, it offers {} (openib ports --json shows why the others are unusable)", peer.rank, names(local_ads), names(&remote_ads))
+                format!(
+                    "no common CPC with rank {}: we offer {}, it offers {}{unusable_here}",
+                    peer.rank,
+                    names(local_ads),
+                    names(&remote_ads)
+                )
             })?;
             CpcId::from_index(w.index)
                 .ok_or_else(|| format!("winner CPC index {} is unknown to this build", w.index))?
@@ -591,4 +634,130 @@ fn exchange_messages(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::modex::build::{build_node, proc_ports};
+
+    fn node(fixture: &str, include: Option<&str>) -> (NodeBuild, Discovery) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(fixture);
+        let topo = Topology::from_fixture_file(&path).unwrap();
+        let d = derive(&topo, &DeriveConfig::default());
+        let host = HostFacts {
+            rdmacm: Ok(()),
+            ucm: false,
+            kernel: "test".into(),
+        };
+        let cfg = CpcConfig::parse(include, None, None).unwrap();
+        (build_node(&d, &topo, 0, &host, &cfg).unwrap(), d)
+    }
+
+    fn peer_of(n: &NodeBuild, d: &Discovery, rank: u32) -> Peer {
+        let ports = proc_ports(n, d);
+        Peer {
+            rank,
+            node: "other".into(),
+            leader: rank,
+            node_blob: std::sync::Arc::new(n.blob.clone()),
+            proc_blob: crate::modex::build::placeholder_proc(&n.blob, ports),
+            put_bytes: 0,
+        }
+    }
+
+    fn local(n: &NodeBuild) -> (Vec<PortView>, Vec<Advert>) {
+        let p = &n.blob.ports[0];
+        (
+            vec![PortView {
+                index: 0,
+                subnet_id: p.subnet_id,
+                link_layer: p.link_layer.wire(),
+                mtu: openib_ports::Mtu::from_enum(p.mtu).unwrap(),
+            }],
+            p.cpcs
+                .iter()
+                .map(|r| Advert {
+                    index: r.cpc,
+                    priority: r.priority,
+                })
+                .collect(),
+        )
+    }
+
+    #[test]
+    fn winner_unreachable_and_no_common_cpc() {
+        let (a, _) = node("ib-dual-port.json", None);
+        let (view, ads) = local(&a);
+        let (b, bd) = node("ib-dual-port.json", None);
+        assert_eq!(
+            plan(&peer_of(&b, &bd, 1), &view, &ads, None, &a, 0, &[]).unwrap(),
+            (CpcId::Udcm, 0)
+        );
+        assert_eq!(
+            plan(
+                &peer_of(&b, &bd, 1),
+                &view,
+                &ads,
+                Some(CpcId::Rdmacm),
+                &a,
+                0,
+                &[]
+            )
+            .unwrap()
+            .0,
+            CpcId::Rdmacm
+        );
+
+        // A peer on other subnets is unreachable, and the error shows both sides' subnets.
+        let (far, fd) = node("ib-two-subnets.json", None);
+        let e = plan(&peer_of(&far, &fd, 2), &view, &ads, None, &a, 0, &[]).unwrap_err();
+        assert!(
+            e.contains("unreachable")
+                && e.contains("0xfe80000000000000")
+                && e.contains("0xfec0000000000001"),
+            "{e}"
+        );
+
+        // Disjoint CPC lists: both lists and the local refusals are in the error.
+        let (only_u, _) = node("ib-dual-port.json", Some("udcm"));
+        let (view_u, ads_u) = local(&only_u);
+        let (only_r, rd) = node("ib-dual-port.json", Some("rdmacm"));
+        let refused =
+            vec!["rdmacm: excluded by configuration (not in OPENIB_CPC_INCLUDE=udcm)".to_string()];
+        let e = plan(
+            &peer_of(&only_r, &rd, 3),
+            &view_u,
+            &ads_u,
+            None,
+            &only_u,
+            0,
+            &refused,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("no common CPC with rank 3")
+                && e.contains("we offer udcm")
+                && e.contains("it offers rdmacm"),
+            "{e}"
+        );
+        assert!(e.contains("OPENIB_CPC_INCLUDE=udcm"), "{e}");
+        // Forcing a CPC the peer lacks names what it offers.
+        let e = plan(
+            &peer_of(&only_r, &rd, 3),
+            &view_u,
+            &ads_u,
+            Some(CpcId::Udcm),
+            &only_u,
+            0,
+            &refused,
+        )
+        .unwrap_err();
+        assert!(
+            e.contains("does not offer it") && e.contains("rdmacm"),
+            "{e}"
+        );
+    }
 }

@@ -16,15 +16,21 @@ fn ping_through_every_cpc_and_the_negative_cases() {
     let b = env!("CARGO_BIN_EXE_openib");
     let mut script = String::from("count() { rdma resource show $1 | grep -c rxe0 || true; }\n");
     script.push_str("echo \"=== before\"; echo qp $(count qp) mr $(count mr)\n");
-    for cpc in ["udcm", "oob", "rdmacm"] {
-        script.push_str(&format!("echo '=== {cpc}'; {b} run -n 2 --timeout 120 -- {b} ping --cpc {cpc} --json || echo FAILED\n"));
+    // Forced by include lists (udcm, oob) and by --cpc (rdmacm).
+    for cpc in ["udcm", "oob"] {
+        script.push_str(&format!("echo '=== {cpc}'; OPENIB_CPC_INCLUDE={cpc} {b} run -n 2 --timeout 120 -- {b} ping --json || echo FAILED\n"));
     }
+    script.push_str(&format!("echo '=== rdmacm'; {b} run -n 2 --timeout 120 -- {b} ping --cpc rdmacm --json || echo FAILED\n"));
     script.push_str(&format!(
         "echo '=== mpirun'; mpirun --oversubscribe -np 3 {b} ping --json || echo FAILED\n"
     ));
     script.push_str("echo \"=== after\"; echo qp $(count qp) mr $(count mr)\n");
     script.push_str(&format!(
         "echo '=== disjoint'; {b} run -n 2 --nodes 2 --timeout 120 --rank-env 0:OPENIB_CPC_INCLUDE=udcm --rank-env 1:OPENIB_CPC_INCLUDE=rdmacm -- {b} ping --timeout 20 2>&1; echo rc=$?\n"
+    ));
+    // A peer that dies during the handshake: the survivor fails with the reason, quickly.
+    script.push_str(&format!(
+        "echo '=== dies'; t0=$(date +%s); OPENIB_FAULT=in-connect:1 {b} run -n 2 --timeout 120 -- {b} ping --timeout 60 2>&1; echo rc=$? secs=$(( $(date +%s) - t0 ))\n"
     ));
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
@@ -56,6 +62,17 @@ fn ping_through_every_cpc_and_the_negative_cases() {
         sec("before").trim(),
         sec("after").trim(),
         "verbs resources leaked"
+    );
+
+    let text = sec("dies");
+    assert!(
+        text.contains("rc=1") && text.contains("rank 1 died before the connection was up"),
+        "{text}"
+    );
+    let secs: u64 = text.rsplit("secs=").next().unwrap().trim().parse().unwrap();
+    assert!(
+        secs < 45,
+        "the survivor must not wait for the 60 s timeout: {secs} s\n{text}"
     );
 
     let text = sec("disjoint");

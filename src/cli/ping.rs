@@ -68,14 +68,6 @@ pub fn run(a: &PingArgs) -> i32 {
     match ping(rt.as_ref(), &cfg) {
         Ok(results) => {
             let all_ok = results.iter().all(|r| r.ok);
-            for r in results.iter().filter(|r| !r.ok) {
-                eprintln!(
-                    "openib ping: rank {rank}: pair {}-{}: {}",
-                    r.from,
-                    r.to,
-                    r.error.as_deref().unwrap_or("failed")
-                );
-            }
             if rank == 0 {
                 if a.json {
                     println!(

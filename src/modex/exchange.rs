@@ -127,6 +127,7 @@ pub fn exchange(
     let cfg = Compression::default();
     let proc_bytes = mine.encode(&node.blob, cfg)?;
     let mut put = 0usize;
+    crate::fault::point("before-put", info.rank);
 
     match mode {
         ExchangeMode::Gathered => {
@@ -135,6 +136,7 @@ pub fn exchange(
                 put += bytes_of(KEY_PROC, &proc_bytes);
             }
             rt.commit()?;
+            crate::fault::point("after-put", info.rank);
             rt.fence(true, timeout)?;
             if me_leader {
                 let mut procs = Vec::with_capacity(local.len());
@@ -175,6 +177,7 @@ pub fn exchange(
                 put += bytes_of(KEY_PROC, &proc_bytes);
             }
             rt.commit()?;
+            crate::fault::point("after-put", info.rank);
             rt.fence(mode == ExchangeMode::PerProcess, timeout)?;
         }
     }

@@ -9,14 +9,15 @@ use crate::modex::build::{build_node, port_name, NodeBuild};
 use crate::modex::exchange::{exchange, ExchangeMode, Peer};
 use crate::modex::procs::{PortSet, ProcBlob};
 use crate::runtime::{Runtime, Scope};
+use openib_cpc::pack::PeerAddress;
 use openib_cpc::{
     pair_ports, select, Advert, Connection, Connector, CpcConfig, CpcId, HostFacts, LocalPort,
-    OobService, PortView, RdmacmService, Retry, UdAddress, UdcmService,
+    OobService, PortView, RdmacmService, Retry, UdcmService,
 };
 use openib_ports::{derive, DeriveConfig, Discovery, Filter, Topology};
 use openib_sys::{Access, MemoryRegion, QpCaps, RecvRequest, SendOp, SendRequest, WorkCompletion};
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// Key under which each rank publishes its ping results for rank 0.
@@ -106,22 +107,6 @@ impl Services {
     }
 }
 
-fn le(v: u64, w: usize) -> Vec<u8> {
-    v.to_le_bytes()[..w].to_vec()
-}
-
-fn le_read(b: &[u8]) -> u64 {
-    b.iter().rev().fold(0u64, |a, &x| (a << 8) | x as u64)
-}
-
-fn ip_from(b: &[u8]) -> Option<IpAddr> {
-    match b.len() {
-        4 => Some(IpAddr::from(<[u8; 4]>::try_from(b).ok()?)),
-        16 => Some(IpAddr::from(<[u8; 16]>::try_from(b).ok()?)),
-        _ => None,
-    }
-}
-
 /// Runs ping on this rank; returns every pair's result on rank 0 (others: their own pairs).
 pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingError> {
     let info = rt.info().clone();
@@ -198,19 +183,19 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
                 let s = UdcmService::new(&lp)?;
                 let q = s.address().qpn;
                 svc.udcm = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
-                le(q as u64, w)
+                openib_cpc::pack::pack_value(q as u64, w as u8)
             }
             Some(CpcId::Oob) => {
                 let s = OobService::bind(ip.unwrap_or(IpAddr::from([127, 0, 0, 1])))?;
                 let p = s.address().port();
                 svc.oob = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
-                le(p as u64, w)
+                openib_cpc::pack::pack_value(p as u64, w as u8)
             }
             Some(CpcId::Rdmacm) if ip.is_some() => {
                 let s = RdmacmService::bind(info.rank, &lp, ip.expect("checked"))?;
                 let p = s.address().port();
                 svc.rdmacm = Some(s);
-                le(p as u64, w)
+                openib_cpc::pack::pack_value(p as u64, w as u8)
             }
             _ => vec![0; w],
         };
@@ -517,34 +502,22 @@ fn add_peer(svc: &mut Services, cpc: CpcId, peer: &Peer, pi: usize) -> Result<()
         .position(|&(a, b)| a == pi && b == j)
         .ok_or("the peer's proc blob has no part for the CPC")?;
     let part = &peer.proc_blob.parts[k];
-    match cpc {
-        CpcId::Udcm => {
-            let gid: [u8; 16] = rec.blob.as_slice().try_into().unwrap_or([0; 16]);
-            let addr = UdAddress {
-                qpn: le_read(part) as u32,
-                lid: port.lid,
-                gid,
-            };
-            svc.udcm
-                .as_mut()
-                .ok_or("udcm is not open here")?
-                .add_peer(peer.rank, addr);
-        }
-        CpcId::Oob => {
-            let ip = ip_from(&rec.blob).unwrap_or(IpAddr::from([127, 0, 0, 1]));
-            svc.oob
-                .as_mut()
-                .ok_or("oob is not open here")?
-                .add_peer(peer.rank, SocketAddr::new(ip, le_read(part) as u16));
-        }
-        CpcId::Rdmacm => {
-            let ip = ip_from(&rec.blob).ok_or("the peer's rdmacm record has no IP address")?;
-            svc.rdmacm
-                .as_mut()
-                .ok_or("rdmacm is not open here")?
-                .add_peer(peer.rank, SocketAddr::new(ip, le_read(part) as u16));
-        }
-        _ => return Err(format!("{cpc} has no connection path in this build")),
+    match openib_cpc::pack::peer_address(cpc, port.lid, &rec.blob, part)? {
+        PeerAddress::Udcm(a) => svc
+            .udcm
+            .as_mut()
+            .ok_or("udcm is not open here")?
+            .add_peer(peer.rank, a),
+        PeerAddress::Oob(a) => svc
+            .oob
+            .as_mut()
+            .ok_or("oob is not open here")?
+            .add_peer(peer.rank, a),
+        PeerAddress::Rdmacm(a) => svc
+            .rdmacm
+            .as_mut()
+            .ok_or("rdmacm is not open here")?
+            .add_peer(peer.rank, a),
     }
     Ok(())
 }

@@ -11,6 +11,7 @@ pub mod config;
 pub mod handshake;
 pub mod manager;
 pub mod oob;
+pub mod pack;
 pub mod pairing;
 pub mod query;
 pub mod rc;

@@ -3,7 +3,7 @@
 //! (CPC index, priority, node part, per-process width).
 
 use openib_cpc::CpcId;
-use openib_ports::{LinkLayer, Port};
+use openib_ports::Port;
 use std::net::IpAddr;
 
 /// One CPC record a port would advertise.
@@ -18,9 +18,9 @@ pub struct CpcAdvert {
 }
 
 /// Width of a UD or RC queue pair number on the wire: QP numbers are 24 bits.
-pub const QPN_LEN: u8 = 3;
+pub const QPN_LEN: u8 = openib_cpc::pack::QPN_LEN;
 /// Width of a TCP or rdma_cm listening port number.
-pub const PORT_LEN: u8 = 2;
+pub const PORT_LEN: u8 = openib_cpc::pack::PORT_LEN;
 /// Former name of [`PORT_LEN`].
 pub const RDMACM_PORT_LEN: u8 = PORT_LEN;
 
@@ -44,32 +44,11 @@ pub fn cpc_adverts(
     host: &openib_cpc::HostFacts,
     cfg: &openib_cpc::CpcConfig,
 ) -> Vec<CpcAdvert> {
-    let ip_bytes = |ip: Option<IpAddr>| match ip {
-        Some(IpAddr::V4(a)) => a.octets().to_vec(),
-        Some(IpAddr::V6(a)) => a.octets().to_vec(),
-        None => Vec::new(),
-    };
     let mut v: Vec<CpcAdvert> = openib_cpc::evaluate(port, ip.is_some(), host, cfg)
         .into_iter()
         .filter_map(|(cpc, verdict)| {
             let advert = verdict.ok()?;
-            let (node_part, proc_len) = match cpc {
-                CpcId::Udcm if port.link_layer() == LinkLayer::Ethernet => (
-                    port.raw
-                        .gids
-                        .iter()
-                        .find(|g| g.gid.ipv4_mapped().is_some())
-                        .or(port.raw.gids.first())?
-                        .gid
-                        .0
-                        .to_vec(),
-                    QPN_LEN,
-                ),
-                CpcId::Udcm => (Vec::new(), QPN_LEN),
-                CpcId::Oob | CpcId::Xoob => (ip_bytes(ip), PORT_LEN),
-                CpcId::Rdmacm => (ip_bytes(ip), PORT_LEN),
-                CpcId::Ibcm => (Vec::new(), 0),
-            };
+            let (node_part, proc_len) = openib_cpc::pack::publication(cpc, port, ip)?;
             Some(CpcAdvert {
                 cpc,
                 priority: advert.priority,

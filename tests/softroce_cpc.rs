@@ -32,6 +32,12 @@ fn ping_through_every_cpc_and_the_negative_cases() {
     script.push_str(&format!(
         "echo '=== dies'; t0=$(date +%s); OPENIB_FAULT=in-connect:1 {b} run -n 2 --timeout 120 -- {b} ping --timeout 60 2>&1; echo rc=$? secs=$(( $(date +%s) - t0 ))\n"
     ));
+    // A peer on an unreachable subnet: a second rxe device on veth1 with another IP subnet
+    // (rxe devices in one namespace cannot reach each other), rank 1 restricted to it.
+    script.push_str(&format!(
+        "echo '=== unreachable'; ip addr add 10.78.0.1/24 dev veth1; ip link set veth1 up; rdma link add rxe1 type rxe netdev veth1; sleep 1; \
+         {b} run -n 2 --timeout 120 --rank-env 0:OPENIB_IF_INCLUDE=rxe0 --rank-env 1:OPENIB_IF_INCLUDE=rxe1 -- {b} ping --timeout 20 2>&1; echo rc=$?\n"
+    ));
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
     let sec =
@@ -73,6 +79,14 @@ fn ping_through_every_cpc_and_the_negative_cases() {
     assert!(
         secs < 45,
         "the survivor must not wait for the 60 s timeout: {secs} s\n{text}"
+    );
+
+    let text = sec("unreachable");
+    assert!(
+        text.contains("rc=1")
+            && text.contains("is unreachable")
+            && text.contains("0x000418000a4e0000"),
+        "{text}"
     );
 
     let text = sec("disjoint");

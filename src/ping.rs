@@ -108,127 +108,197 @@ impl Services {
 }
 
 /// Runs ping on this rank; returns every pair's result on rank 0 (others: their own pairs).
+impl Wireup {
+    /// Discovers the ports, opens the CPC services on this process's port, runs the modex
+    /// exchange over `rt` and decides each peer's CPC (connections stay lazy).
+    pub fn open(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Wireup, PingError> {
+        let info = rt.info().clone();
+        let scan =
+            openib_ports::hw::read_topology().map_err(|e| PingError::Setup(e.to_string()))?;
+        let topo: Topology = scan.topology;
+        let discovery: Discovery = derive(&topo, &cfg.derive);
+        let unfiltered = derive(
+            &topo,
+            &DeriveConfig {
+                filter: Filter::All,
+                ..cfg.derive.clone()
+            },
+        );
+        let host = HostFacts::probe();
+        let cpc_cfg = CpcConfig::from_env().map_err(|e| PingError::Setup(e.to_string()))?;
+        let node: NodeBuild = build_node(&unfiltered, &topo, cfg.derive.gid_index, &host, &cpc_cfg)
+            .map_err(|e| PingError::Setup(e.to_string()))?;
+
+        // The one port this process serves: its first usable port.
+        let Some(port) = discovery.usable().next() else {
+            let why: Vec<String> = discovery
+                .ports
+                .iter()
+                .map(|p| format!("{}: {}", p.name(), p.reason.as_deref().unwrap_or("?")))
+                .collect();
+            return Err(PingError::Setup(format!(
+                "no usable port ({})",
+                why.join("; ")
+            )));
+        };
+        let my_index = node
+            .port_names
+            .iter()
+            .position(|n| *n == port.name())
+            .ok_or_else(|| PingError::Setup(format!("{} is not in the node blob", port.name())))?;
+        let list = openib_sys::devices()?;
+        let info_dev = list
+            .iter()
+            .find(|d| d.name() == port.device)
+            .ok_or_else(|| PingError::Setup(format!("device {} vanished", port.device)))?;
+        let ctx = info_dev.open()?;
+        drop(list);
+        let caps = QpCaps {
+            max_send_wr: 16,
+            max_recv_wr: 16,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 64,
+        };
+        let lp = LocalPort::open(
+            &ctx,
+            port.raw.port,
+            source_gid_index(port, cfg.derive.gid_index),
+            1024,
+            caps,
+        )?;
+        let ip = crate::modex::build::port_ip(port, &topo, cfg.derive.gid_index);
+        let records = &node.blob.ports[my_index].cpcs;
+        let refused: Vec<String> = openib_cpc::evaluate(port, ip.is_some(), &host, &cpc_cfg)
+            .into_iter()
+            .filter_map(|(c, v)| v.err().map(|why| format!("{c}: {why}")))
+            .collect();
+        let mut svc = Services {
+            port: lp.clone(),
+            udcm: None,
+            oob: None,
+            rdmacm: None,
+        };
+        let mut parts = Vec::new();
+        for r in records {
+            let w = r.proc_len as usize;
+            let part = match CpcId::from_index(r.cpc) {
+                Some(CpcId::Udcm) => {
+                    let s = UdcmService::new(&lp)?;
+                    let q = s.address().qpn;
+                    svc.udcm = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
+                    openib_cpc::pack::pack_value(q as u64, w as u8)
+                }
+                Some(CpcId::Oob) => {
+                    let s = OobService::bind(ip.unwrap_or(IpAddr::from([127, 0, 0, 1])))?;
+                    let p = s.address().port();
+                    svc.oob = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
+                    openib_cpc::pack::pack_value(p as u64, w as u8)
+                }
+                Some(CpcId::Rdmacm) if ip.is_some() => {
+                    let s = RdmacmService::bind(info.rank, &lp, ip.expect("checked"))?;
+                    let p = s.address().port();
+                    svc.rdmacm = Some(s);
+                    openib_cpc::pack::pack_value(p as u64, w as u8)
+                }
+                _ => vec![0; w],
+            };
+            parts.push(part);
+        }
+        let mut mine_ports = PortSet::EMPTY;
+        mine_ports.insert(my_index);
+        let mine = ProcBlob {
+            ports: mine_ports,
+            parts,
+        };
+        let table = exchange(rt, &node, &mine, cfg.mode, cfg.timeout)?;
+
+        // Decide, per peer, the CPC and its address; the lower rank initiates.
+        let my_view = |nb: &crate::modex::NodeBlob, i: usize| PortView {
+            index: i,
+            subnet_id: nb.ports[i].subnet_id,
+            link_layer: nb.ports[i].link_layer.wire(),
+            mtu: openib_ports::Mtu::from_enum(nb.ports[i].mtu)
+                .unwrap_or(openib_ports::Mtu::MTU_256),
+        };
+        let local_view = [my_view(&node.blob, my_index)];
+        let local_ads: Vec<Advert> = records
+            .iter()
+            .map(|r| Advert {
+                index: r.cpc,
+                priority: r.priority,
+            })
+            .collect();
+        let mut plans = BTreeMap::new();
+        for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
+            let plan = plan(
+                peer,
+                &local_view,
+                &local_ads,
+                cfg.cpc,
+                &node,
+                my_index,
+                &refused,
+            )
+            .and_then(|(cpc, pi)| add_peer(&mut svc, cpc, peer, pi).map(|()| cpc));
+            plans.insert(peer.rank, plan);
+        }
+        Ok(Wireup {
+            me: info.rank,
+            services: svc,
+            table,
+            plans,
+        })
+    }
+
+    /// Starts connecting to `peer` (only the lower rank of a pair initiates; the other side
+    /// answers from `progress`). A no-op for peers with no usable plan.
+    pub fn connect(&mut self, peer: u32, now: Instant) {
+        if self.me > peer {
+            return;
+        }
+        let svc = &mut self.services;
+        match self.plans.get(&peer) {
+            Some(Ok(CpcId::Udcm)) => svc.udcm.as_mut().expect("planned").connect(peer, 0, now),
+            Some(Ok(CpcId::Oob)) => svc.oob.as_mut().expect("planned").connect(peer, 0, now),
+            Some(Ok(CpcId::Rdmacm)) => svc.rdmacm.as_mut().expect("planned").connect(peer, 0, now),
+            _ => {}
+        }
+    }
+
+    /// The local port the services run on.
+    pub fn port(&self) -> &LocalPort {
+        &self.services.port
+    }
+
+    /// Progresses every CPC service; returns new connections and failures.
+    pub fn poll(
+        &mut self,
+        now: Instant,
+    ) -> Result<(Vec<(CpcId, Connection)>, Vec<(CpcId, u32, String)>), openib_sys::Error> {
+        self.services.progress(now)?;
+        Ok(self.services.take())
+    }
+}
+
+/// This process's CPC services, the modex table and each peer's chosen CPC.
+pub struct Wireup {
+    pub me: u32,
+    services: Services,
+    pub table: crate::modex::exchange::PeerTable,
+    /// Per peer: its CPC, or why there is none.
+    pub plans: BTreeMap<u32, Result<CpcId, String>>,
+}
+
 pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingError> {
     let info = rt.info().clone();
-    let scan = openib_ports::hw::read_topology().map_err(|e| PingError::Setup(e.to_string()))?;
-    let topo: Topology = scan.topology;
-    let discovery: Discovery = derive(&topo, &cfg.derive);
-    let unfiltered = derive(
-        &topo,
-        &DeriveConfig {
-            filter: Filter::All,
-            ..cfg.derive.clone()
-        },
-    );
-    let host = HostFacts::probe();
-    let cpc_cfg = CpcConfig::from_env().map_err(|e| PingError::Setup(e.to_string()))?;
-    let node: NodeBuild = build_node(&unfiltered, &topo, cfg.derive.gid_index, &host, &cpc_cfg)
-        .map_err(|e| PingError::Setup(e.to_string()))?;
-
-    // The one port this process serves: its first usable port.
-    let Some(port) = discovery.usable().next() else {
-        let why: Vec<String> = discovery
-            .ports
-            .iter()
-            .map(|p| format!("{}: {}", p.name(), p.reason.as_deref().unwrap_or("?")))
-            .collect();
-        return Err(PingError::Setup(format!(
-            "no usable port ({})",
-            why.join("; ")
-        )));
-    };
-    let my_index = node
-        .port_names
-        .iter()
-        .position(|n| *n == port.name())
-        .ok_or_else(|| PingError::Setup(format!("{} is not in the node blob", port.name())))?;
-    let list = openib_sys::devices()?;
-    let info_dev = list
-        .iter()
-        .find(|d| d.name() == port.device)
-        .ok_or_else(|| PingError::Setup(format!("device {} vanished", port.device)))?;
-    let ctx = info_dev.open()?;
-    drop(list);
-    let caps = QpCaps {
-        max_send_wr: 16,
-        max_recv_wr: 16,
-        max_send_sge: 1,
-        max_recv_sge: 1,
-        max_inline_data: 64,
-    };
-    let lp = LocalPort::open(
-        &ctx,
-        port.raw.port,
-        source_gid_index(port, cfg.derive.gid_index),
-        1024,
-        caps,
-    )?;
-    let ip = crate::modex::build::port_ip(port, &topo, cfg.derive.gid_index);
-    let records = &node.blob.ports[my_index].cpcs;
-    let refused: Vec<String> = openib_cpc::evaluate(port, ip.is_some(), &host, &cpc_cfg)
-        .into_iter()
-        .filter_map(|(c, v)| v.err().map(|why| format!("{c}: {why}")))
-        .collect();
-    let mut svc = Services {
-        port: lp.clone(),
-        udcm: None,
-        oob: None,
-        rdmacm: None,
-    };
-    let mut parts = Vec::new();
-    for r in records {
-        let w = r.proc_len as usize;
-        let part = match CpcId::from_index(r.cpc) {
-            Some(CpcId::Udcm) => {
-                let s = UdcmService::new(&lp)?;
-                let q = s.address().qpn;
-                svc.udcm = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
-                openib_cpc::pack::pack_value(q as u64, w as u8)
-            }
-            Some(CpcId::Oob) => {
-                let s = OobService::bind(ip.unwrap_or(IpAddr::from([127, 0, 0, 1])))?;
-                let p = s.address().port();
-                svc.oob = Some(Connector::new(info.rank, lp.clone(), s, Retry::default()));
-                openib_cpc::pack::pack_value(p as u64, w as u8)
-            }
-            Some(CpcId::Rdmacm) if ip.is_some() => {
-                let s = RdmacmService::bind(info.rank, &lp, ip.expect("checked"))?;
-                let p = s.address().port();
-                svc.rdmacm = Some(s);
-                openib_cpc::pack::pack_value(p as u64, w as u8)
-            }
-            _ => vec![0; w],
-        };
-        parts.push(part);
-    }
-    let mut mine_ports = PortSet::EMPTY;
-    mine_ports.insert(my_index);
-    let mine = ProcBlob {
-        ports: mine_ports,
-        parts,
-    };
-    let table = exchange(rt, &node, &mine, cfg.mode, cfg.timeout)?;
-
-    // Decide, per peer, the CPC and its address; the lower rank initiates.
-    let my_view = |nb: &crate::modex::NodeBlob, i: usize| PortView {
-        index: i,
-        subnet_id: nb.ports[i].subnet_id,
-        link_layer: nb.ports[i].link_layer.wire(),
-        mtu: openib_ports::Mtu::from_enum(nb.ports[i].mtu).unwrap_or(openib_ports::Mtu::MTU_256),
-    };
-    let local_view = [my_view(&node.blob, my_index)];
-    let local_ads: Vec<Advert> = records
-        .iter()
-        .map(|r| Advert {
-            index: r.cpc,
-            priority: r.priority,
-        })
-        .collect();
+    let mut w = Wireup::open(rt, cfg)?;
     let mut results: BTreeMap<u32, PairResult> = BTreeMap::new();
     let mut started: BTreeMap<u32, (CpcId, Instant)> = BTreeMap::new();
     let start = Instant::now();
-    for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
-        let (from, to) = (info.rank.min(peer.rank), info.rank.max(peer.rank));
+    let peers: Vec<u32> = w.plans.keys().copied().collect();
+    for peer in peers {
+        let (from, to) = (info.rank.min(peer), info.rank.max(peer));
         let mut res = PairResult {
             from,
             to,
@@ -237,46 +307,15 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
             ok: false,
             error: None,
         };
-        match plan(
-            peer,
-            &local_view,
-            &local_ads,
-            cfg.cpc,
-            &node,
-            my_index,
-            &refused,
-        ) {
-            Err(e) => res.error = Some(e),
-            Ok((cpc, pi)) => {
+        match &w.plans[&peer] {
+            Err(e) => res.error = Some(e.clone()),
+            Ok(cpc) => {
                 res.cpc = Some(cpc.name().to_string());
-                if let Err(e) = add_peer(&mut svc, cpc, peer, pi) {
-                    res.error = Some(e);
-                } else {
-                    started.insert(peer.rank, (cpc, Instant::now()));
-                    if info.rank < peer.rank {
-                        match cpc {
-                            CpcId::Udcm => svc
-                                .udcm
-                                .as_mut()
-                                .expect("added")
-                                .connect(peer.rank, 0, start),
-                            CpcId::Oob => svc
-                                .oob
-                                .as_mut()
-                                .expect("added")
-                                .connect(peer.rank, 0, start),
-                            CpcId::Rdmacm => svc
-                                .rdmacm
-                                .as_mut()
-                                .expect("added")
-                                .connect(peer.rank, 0, start),
-                            _ => {}
-                        }
-                    }
-                }
+                started.insert(peer, (*cpc, Instant::now()));
+                w.connect(peer, start);
             }
         }
-        results.insert(peer.rank, res);
+        results.insert(peer, res);
     }
 
     crate::fault::point("in-connect", info.rank);
@@ -285,8 +324,7 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
     let deadline = start + cfg.timeout;
     while conns.len() + results.values().filter(|r| r.error.is_some()).count() < results.len() {
         let now = Instant::now();
-        svc.progress(now)?;
-        let (ok, bad) = svc.take();
+        let (ok, bad) = w.poll(now)?;
         for (cpc, c) in ok {
             if let Some(r) = results.get_mut(&c.peer) {
                 r.connect_us = started
@@ -319,9 +357,9 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
     }
 
     // One message each way over every connection.
-    exchange_messages(&svc.port, &conns, info.rank, &mut results, cfg.timeout)?;
+    exchange_messages(w.port(), &conns, info.rank, &mut results, cfg.timeout)?;
     drop(conns);
-    drop(svc);
+    drop(w);
 
     for r in results.values().filter(|r| r.error.is_some()) {
         eprintln!(

@@ -15,3 +15,4 @@ pub mod ping;
 pub mod runtime;
 pub mod selftest;
 pub mod settings;
+pub mod transport;

@@ -34,6 +34,8 @@ enum Cmd {
     Check(cli::check::CheckArgs),
     /// Connect every rank to every other rank through the CPC path and exchange a message each way.
     Ping(cli::ping::PingArgs),
+    /// Latency and bandwidth between ranks 0 and 1 over the transport (run under 2 ranks).
+    Bench(cli::bench::BenchArgs),
     /// The packed modex: show what this node publishes, decode a blob, compare sizes at scale.
     Modex {
         #[command(subcommand)]
@@ -65,6 +67,7 @@ fn main() {
         Cmd::Check(a) => cli::check::run(&a),
         Cmd::Modex { cmd } => cli::modex::run(cmd),
         Cmd::Ping(a) => cli::ping::run(&a),
+        Cmd::Bench(a) => cli::bench::run(&a),
     };
     std::process::exit(code);
 }

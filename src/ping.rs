@@ -47,6 +47,7 @@ pub enum PingError {
 }
 
 /// Settings of a ping run.
+#[derive(Clone)]
 pub struct PingConfig {
     pub derive: DeriveConfig,
     /// Force this CPC for every pair (it must be usable on both sides).
@@ -154,8 +155,8 @@ impl Wireup {
         let ctx = info_dev.open()?;
         drop(list);
         let caps = QpCaps {
-            max_send_wr: 16,
-            max_recv_wr: 16,
+            max_send_wr: crate::transport::MAX_QUEUE,
+            max_recv_wr: crate::transport::MAX_QUEUE,
             max_send_sge: 1,
             max_recv_sge: 1,
             max_inline_data: 64,

@@ -1,5 +1,6 @@
 //! The `openib` command line: one module per subcommand, each returning the process exit code.
 
+pub mod bench;
 pub mod check;
 pub mod events;
 pub mod exchange;

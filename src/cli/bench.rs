@@ -1,0 +1,269 @@
+//! `openib bench`: ping-pong latency and streaming bandwidth between ranks 0 and 1 over the
+//! transport. Up to the eager limit messages are eager sends; above it, RDMA writes into the
+//! peer's registered buffer followed by a small notification (the order RC guarantees makes
+//! the data visible before the notification arrives).
+
+use super::exit;
+use crate::modex::exchange::ExchangeMode;
+use crate::ping::PingConfig;
+use crate::transport::{RemoteRegion, Transport, TransportConfig};
+use serde_json::json;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Message sizes in bytes (comma-separated).
+    #[arg(
+        long,
+        default_value = "8,64,512,4096,8192,65536,262144,1048576",
+        value_delimiter = ','
+    )]
+    pub sizes: Vec<usize>,
+    /// Round trips per size for latency (and messages for bandwidth).
+    #[arg(long, default_value_t = 200)]
+    pub iters: u32,
+    /// Use this CPC.
+    #[arg(long)]
+    pub cpc: Option<String>,
+    /// Print JSON: {"results": [{"size", "latency_us", "bandwidth_mb_s"}]}.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const TAG_DATA: u8 = 1;
+const TAG_REGION: u8 = 2;
+const TAG_NOTE: u8 = 3;
+
+struct Inbox {
+    count: AtomicU64,
+    last: Mutex<Vec<u8>>,
+}
+
+fn pattern(size: usize, salt: u8) -> Vec<u8> {
+    (0..size)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
+        .collect()
+}
+
+pub fn run(a: &BenchArgs) -> i32 {
+    match bench(a) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("openib bench: {e}");
+            exit::ERROR
+        }
+    }
+}
+
+fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Result<(), String> {
+    let deadline = Instant::now() + timeout;
+    while inbox.count.load(Ordering::Acquire) < n {
+        t.progress().map_err(|e| e.to_string())?;
+        if Instant::now() > deadline {
+            return Err(format!(
+                "timed out waiting for message {n} (have {})",
+                inbox.count.load(Ordering::Acquire)
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn bench(a: &BenchArgs) -> Result<i32, String> {
+    let cpc = match a.cpc.as_deref() {
+        None => None,
+        Some(n) => {
+            Some(openib_cpc::CpcId::from_name(n).ok_or_else(|| format!("unknown CPC {n:?}"))?)
+        }
+    };
+    let rt = crate::runtime::connect().map_err(|e| e.to_string())?;
+    if rt.info().size != 2 {
+        return Err(format!(
+            "needs exactly 2 ranks (got {}): openib run -n 2 -- openib bench",
+            rt.info().size
+        ));
+    }
+    let timeout = Duration::from_secs(120);
+    let wire_t0 = Instant::now();
+    let cfg = TransportConfig::new(PingConfig {
+        derive: openib_ports::DeriveConfig::default(),
+        cpc,
+        timeout: Duration::from_secs(60),
+        mode: ExchangeMode::default(),
+    });
+    let mut t = Transport::open(rt, cfg).map_err(|e| e.to_string())?;
+    let me = t.rank();
+    let peer = 1 - me;
+    let inbox = Arc::new(Inbox {
+        count: AtomicU64::new(0),
+        last: Mutex::new(Vec::new()),
+    });
+    let notes = Arc::new(Inbox {
+        count: AtomicU64::new(0),
+        last: Mutex::new(Vec::new()),
+    });
+    let regions = Arc::new(Inbox {
+        count: AtomicU64::new(0),
+        last: Mutex::new(Vec::new()),
+    });
+    for (tag, ib) in [
+        (TAG_DATA, inbox.clone()),
+        (TAG_NOTE, notes.clone()),
+        (TAG_REGION, regions.clone()),
+    ] {
+        t.on_tag(
+            tag,
+            Box::new(move |_, data| {
+                *ib.last.lock().expect("inbox") = data.to_vec();
+                ib.count.fetch_add(1, Ordering::Release);
+            }),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    t.connect_all(timeout).map_err(|e| e.to_string())?;
+    let wireup_us = wire_t0.elapsed().as_secs_f64() * 1e6;
+
+    // Large messages: each side registers a buffer and tells the other where it is.
+    let max = a.sizes.iter().copied().max().unwrap_or(8);
+    // `local` holds what this rank sends; peers write into `landing`.
+    let mut local = t.register(max.max(8)).map_err(|e| e.to_string())?;
+    Arc::get_mut(&mut local)
+        .expect("not shared yet")
+        .as_mut_slice()
+        .copy_from_slice(&pattern(max.max(8), me as u8));
+    let landing = t.register(max.max(8)).map_err(|e| e.to_string())?;
+    t.send(peer, TAG_REGION, &RemoteRegion::of(&landing).encode())
+        .map_err(|e| e.to_string())?;
+    wait_for(&mut t, &regions, 1, timeout)?;
+    let remote =
+        RemoteRegion::decode(&regions.last.lock().expect("inbox")).ok_or("bad region message")?;
+
+    let eager = t.eager_limit();
+    let mut results = Vec::new();
+    for &size in &a.sizes {
+        let iters = if size > 65536 {
+            a.iters.div_ceil(4).max(10)
+        } else {
+            a.iters
+        } as u64;
+        // Latency: ping-pong.
+        let msg = pattern(size, me as u8);
+        let mut start = Instant::now();
+        for i in 0..=iters {
+            if i == 1 {
+                start = Instant::now(); // the first round trip warms up
+            }
+            let (sends, recvs) = if size <= eager {
+                (&inbox, &inbox)
+            } else {
+                (&notes, &notes)
+            };
+            let _ = sends;
+            let base = recvs.count.load(Ordering::Acquire);
+            if me == 0 {
+                send_one(&mut t, peer, size, eager, &msg, &local, remote)?;
+                wait_for(&mut t, recvs, base + 1, timeout)?;
+            } else {
+                wait_for(&mut t, recvs, base + 1, timeout)?;
+                send_one(&mut t, peer, size, eager, &msg, &local, remote)?;
+            }
+            if i == 0 && size <= eager {
+                let got = inbox.last.lock().expect("inbox").clone();
+                if got != pattern(size, peer as u8) {
+                    return Err(format!("size {size}: the payload arrived corrupted"));
+                }
+            }
+        }
+        let latency_us = start.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
+        if size > eager && landing.as_slice()[..size] != pattern(max.max(8), peer as u8)[..size] {
+            return Err(format!(
+                "size {size}: the RDMA-written data arrived corrupted"
+            ));
+        }
+        // Bandwidth: rank 0 streams, rank 1 acknowledges the last one.
+        let (recvs, acks) = if size <= eager {
+            (&inbox, &notes)
+        } else {
+            (&notes, &notes)
+        };
+        let t0 = Instant::now();
+        if me == 0 {
+            let base = acks.count.load(Ordering::Acquire);
+            for _ in 0..iters {
+                if size <= eager {
+                    t.send(peer, TAG_DATA, &msg).map_err(|e| e.to_string())?;
+                } else {
+                    t.put(peer, &local, 0, remote, 0, size)
+                        .map_err(|e| e.to_string())?;
+                }
+                t.progress().map_err(|e| e.to_string())?;
+            }
+            if size > eager {
+                t.flush(timeout).map_err(|e| e.to_string())?;
+                t.send(peer, TAG_NOTE, &[1]).map_err(|e| e.to_string())?;
+            }
+            wait_for(&mut t, acks, base + 1, timeout)?;
+        } else {
+            let base = recvs.count.load(Ordering::Acquire);
+            let want = if size <= eager { iters } else { 1 };
+            wait_for(&mut t, recvs, base + want, timeout)?;
+            t.send(peer, TAG_NOTE, &[2]).map_err(|e| e.to_string())?;
+        }
+        let secs = t0.elapsed().as_secs_f64();
+        let bandwidth = (size as f64 * iters as f64) / secs / 1e6;
+        t.flush(timeout).map_err(|e| e.to_string())?;
+        results.push(json!({"size": size, "latency_us": latency_us, "bandwidth_mb_s": bandwidth, "iterations": iters, "path": if size <= eager { "eager" } else { "rdma-write" }}));
+    }
+    t.flush(timeout).map_err(|e| e.to_string())?;
+    if me == 0 {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(
+                    &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager})
+                )
+                .expect("serialises")
+            );
+        } else {
+            println!(
+                "openib bench: 2 ranks, wire-up {:.0} us, eager limit {eager} B",
+                wireup_us
+            );
+            println!(
+                "{:>9} {:>12} {:>14}  path",
+                "size", "latency us", "bandwidth MB/s"
+            );
+            for r in &results {
+                println!(
+                    "{:>9} {:>12.2} {:>14.1}  {}",
+                    r["size"].as_u64().unwrap_or(0),
+                    r["latency_us"].as_f64().unwrap_or(0.0),
+                    r["bandwidth_mb_s"].as_f64().unwrap_or(0.0),
+                    r["path"].as_str().unwrap_or("")
+                );
+            }
+        }
+    }
+    Ok(exit::OK)
+}
+
+fn send_one(
+    t: &mut Transport,
+    peer: u32,
+    size: usize,
+    eager: usize,
+    msg: &[u8],
+    local: &Arc<openib_sys::MemoryRegion>,
+    remote: RemoteRegion,
+) -> Result<(), String> {
+    if size <= eager {
+        t.send(peer, TAG_DATA, msg).map_err(|e| e.to_string())?;
+    } else {
+        t.put(peer, local, 0, remote, 0, size)
+            .map_err(|e| e.to_string())?;
+        t.send(peer, TAG_NOTE, &[0]).map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}

@@ -17,7 +17,11 @@
 //! - `--connect`: go through `openib::runtime::connect()` instead of `PmixRuntime::init()`;
 //! - `--threads T`: also get every peer's blob from T threads at once (thread safety);
 //! - `--warm`: a barrier before the put, so the timed fence does not include launch skew;
-//! - `--no-marks`: no fence arrival marks (`PmixOptions::name_missing = false`).
+//! - `--no-marks`: no fence arrival marks (`PmixOptions::name_missing = false`);
+//! - `--kill R`: after the first fence rank R kills itself (SIGKILL); the others poll
+//!   `failed()` for up to `--kill-wait` seconds (default 10), report what they saw
+//!   (`failed_after`, `failed_seen_ms`, `termination_events`), then fence once more with a 2 s
+//!   timeout (`after_kill_fence`: `PeerFailed` or `FenceTimeout`, and its ranks).
 
 use openib::runtime::pmix::{PmixOptions, PmixRuntime};
 use openib::runtime::{Runtime, RuntimeError, Scope};
@@ -42,6 +46,8 @@ struct Args {
     marks: bool,
     warm: bool,
     threads: u32,
+    kill: Option<u32>,
+    kill_wait: u64,
 }
 
 fn parse() -> Args {
@@ -57,6 +63,8 @@ fn parse() -> Args {
         marks: true,
         warm: false,
         threads: 0,
+        kill: None,
+        kill_wait: 10,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -73,6 +81,8 @@ fn parse() -> Args {
             "--no-marks" => a.marks = false,
             "--warm" => a.warm = true,
             "--threads" => a.threads = val().parse().expect("--threads T"),
+            "--kill" => a.kill = Some(val().parse().expect("--kill R")),
+            "--kill-wait" => a.kill_wait = val().parse().expect("seconds"),
             other => panic!("unknown argument {other}"),
         }
     }
@@ -177,6 +187,52 @@ fn run(
     );
     out["fence_ms"] = ms(t).into();
     out["put_bytes"] = mine.len().into();
+
+    if let Some(victim) = args.kill {
+        if let Some(p) = pmix {
+            out["events_registered"] = match p.events_registered() {
+                Ok(()) => true.into(),
+                Err(status) => status.into(),
+            };
+        }
+        out["failed_before"] = rt.failed().into();
+        if info.rank == victim {
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+            unreachable!("SIGKILL returned");
+        }
+        let t = Instant::now();
+        let wait = Duration::from_secs(args.kill_wait);
+        let mut seen = None;
+        while t.elapsed() < wait {
+            if rt.failed().contains(&victim) {
+                seen = Some(ms(t));
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        out["failed_after"] = rt.failed().into();
+        out["failed_seen_ms"] = seen.into();
+        if let Some(p) = pmix {
+            out["termination_events"] = p.client().termination_events().into();
+        }
+        let t = Instant::now();
+        let r = rt.fence(false, Duration::from_secs(2));
+        out["after_kill_fence_ms"] = ms(t).into();
+        let (kind, ranks): (&str, Vec<u32>) = match r {
+            Err(RuntimeError::PeerFailed { ranks }) => ("PeerFailed", ranks),
+            Err(RuntimeError::FenceTimeout { missing, .. }) => ("FenceTimeout", missing),
+            Ok(()) => ("Ok", Vec::new()),
+            Err(e) => {
+                errors.push(format!("fence after the kill: {e}"));
+                ("other", Vec::new())
+            }
+        };
+        out["after_kill_fence"] = kind.into();
+        out["after_kill_fence_ranks"] = ranks.into();
+        return (out, errors);
+    }
 
     let t = Instant::now();
     let mut verified = Vec::new();

@@ -326,3 +326,72 @@ fn missing_libpmix_is_explained() {
     assert!(msg.contains("libpmix.so.2 could not be loaded"), "{msg}");
     assert!(msg.contains("apt install libpmix2"), "{msg}");
 }
+
+/// Rank 2 SIGKILLs itself after a first fence; ranks 0 and 1 poll `failed()` for up to 10 s.
+///
+/// Under Open MPI 4.1.4 (`--enable-recovery` keeps the survivors running) no event reaches the
+/// clients: mpirun sends `PMIX_ERR_PROC_ABORTED` (source rank 2) with a custom target list but
+/// range `PMIX_RANGE_SESSION`, which libpmix 4.2.2's server rejects ("PMIX ERROR: BAD-PARAM ...
+/// pmix_event_notification.c at line 1033"; docs/RUNTIME.md). So this checks what can be
+/// checked there: the handler is registered, `failed()` is empty while everyone lives, it never
+/// names a live rank, and if the launcher does deliver the event (PRRTE, Slurm), that it names
+/// exactly rank 2 and a later fence or get reports it.
+#[test]
+fn mpirun_sigkilled_rank_and_failed() {
+    require!(have("mpirun"), "mpirun not installed");
+    let mut cmd = mpirun(3, &["--kill", "2", "--kill-wait", "10"]);
+    // mpirun's own option must come before the program: rebuild the command with it.
+    let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();
+    cmd = Command::new("mpirun");
+    cmd.arg("--enable-recovery")
+        .args(args)
+        .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env_remove("OPENIB_RUNTIME")
+        .env_remove("OPENIB_RT_SOCKET");
+    let r = run(cmd, Duration::from_secs(60));
+    assert_eq!(
+        r.code,
+        Some(0),
+        "stdout:\n{}\nstderr:\n{}",
+        r.stdout,
+        r.stderr
+    );
+    let mut lines = r.lines.clone();
+    lines.sort_by_key(|l| u(l, "rank"));
+    // Rank 2 dies before printing: one line per survivor.
+    assert_eq!(lines.len(), 2, "{}", r.stdout);
+    let mut delivered = 0;
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(u(l, "rank"), i as u64, "{l}");
+        assert_eq!(l["ok"], true, "{l}");
+        assert_eq!(l["events_registered"], true, "{l}");
+        assert_eq!(ranks(l, "failed_before"), Vec::<u64>::new(), "{l}");
+        let after = ranks(l, "failed_after");
+        let fence = l["after_kill_fence"].as_str().expect("after_kill_fence");
+        if after.is_empty() {
+            assert!(l["failed_seen_ms"].is_null(), "{l}");
+            // Open MPI 4.1.4: sometimes completes without the dead rank, else times out on it.
+            assert!(fence == "Ok" || fence == "FenceTimeout", "{l}");
+            if fence == "FenceTimeout" {
+                assert_eq!(ranks(l, "after_kill_fence_ranks"), vec![2], "{l}");
+            }
+        } else {
+            delivered += 1;
+            assert_eq!(after, vec![2], "{l}");
+            assert!(u(l, "termination_events") >= 1, "{l}");
+            assert!(f(l, "failed_seen_ms") < 10_000.0, "{l}");
+            assert!(fence == "Ok" || fence == "PeerFailed", "{l}");
+            if fence == "PeerFailed" {
+                assert_eq!(ranks(l, "after_kill_fence_ranks"), vec![2], "{l}");
+            }
+        }
+    }
+    if delivered == 0 {
+        eprintln!(
+            "note: the launcher delivered no termination event in 10 s (known for Open MPI \
+             4.1.4's mpirun, docs/RUNTIME.md); checked registration and an empty failed() only"
+        );
+    }
+    eprintln!("kill test took {:?}", r.elapsed);
+}

@@ -14,12 +14,17 @@
 //!   (`openib.fence.<set>.<n>`, 4 bytes) before each fence, and after a timeout the ranks whose
 //!   mark cannot be fetched within [`MARK_PROBE_TIMEOUT`] are reported as missing
 //!   ([`PmixOptions::name_missing`]).
-//! - `failed()` is empty until issue 7 feeds it from PMIx termination events; fences over an
-//!   explicit rank list ([`PmixRuntime::fence_ranks`]) are what the survivors' fence will use.
+//! - `failed()` is what the client's PMIx termination event handler recorded (the source, or
+//!   the affected processes, of `PMIX_ERR_PROC_ABORTED`, `PMIX_EVENT_PROC_TERMINATED`, ...).
+//!   A fence or get that fails while that set names one of its peers fails with
+//!   [`RuntimeError::PeerFailed`] naming them; a get of a known-dead rank only looks locally
+//!   (`PMIX_IMMEDIATE`: what it committed before a collecting fence is still there) instead of
+//!   waiting on it. Open MPI 4.1.4's mpirun never delivers those events (docs/RUNTIME.md);
+//!   fences over an explicit rank list ([`PmixRuntime::fence_ranks`]) serve the survivors.
 
 use super::{JobInfo, Result, Runtime, RuntimeError, Scope};
 use openib_sys::pmix::{self, FenceOptions, GetMode, GetOptions, PmixClient, Procs};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -71,8 +76,6 @@ pub struct PmixRuntime {
     collected: AtomicBool,
     /// Fences entered so far, per participant set (for the arrival marks).
     epochs: Mutex<HashMap<String, u32>>,
-    /// Ranks known dead (issue 7 fills it from termination events).
-    failed: Mutex<BTreeSet<u32>>,
 }
 
 impl std::fmt::Debug for PmixRuntime {
@@ -140,7 +143,6 @@ impl PmixRuntime {
             options,
             collected: AtomicBool::new(false),
             epochs: Mutex::new(HashMap::new()),
-            failed: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -204,16 +206,22 @@ impl PmixRuntime {
             collect,
             timeout: Some(timeout),
         };
+        let participants: Vec<u32> = match ranks {
+            None => (0..self.info.size).collect(),
+            Some(r) => r.to_vec(),
+        };
         match self.client.fence(procs, opts) {
             Ok(()) => {
                 self.collected.store(collect, Ordering::SeqCst);
                 Ok(())
             }
+            Err(e) if !self.failed_among(&participants).is_empty() => {
+                // A participant is known dead: that is why the fence failed.
+                let ranks = self.failed_among(&participants);
+                tracing::debug!(error = %e, ?ranks, "PMIx fence failed with dead participants");
+                Err(RuntimeError::PeerFailed { ranks })
+            }
             Err(e) if e.is_timeout() => {
-                let participants: Vec<u32> = match ranks {
-                    None => (0..self.info.size).collect(),
-                    Some(r) => r.to_vec(),
-                };
                 let missing = match &mark {
                     Some(key) => self.ranks_without_mark(&participants, key),
                     None => {
@@ -221,10 +229,7 @@ impl PmixRuntime {
                             "PMIx fence timed out; PMIx does not say who is missing (arrival \
                              marks are off)"
                         );
-                        self.failed()
-                            .into_iter()
-                            .filter(|r| participants.contains(r))
-                            .collect()
+                        Vec::new()
                     }
                 };
                 tracing::debug!(error = %e, ?missing, "PMIx fence timed out");
@@ -263,6 +268,21 @@ impl PmixRuntime {
             .filter(|(_, r)| r.is_err())
             .map(|(rank, _)| rank)
             .collect()
+    }
+
+    /// The known-dead ranks among `ranks`, ascending.
+    fn failed_among(&self, ranks: &[u32]) -> Vec<u32> {
+        self.client
+            .failed_ranks()
+            .into_iter()
+            .filter(|r| ranks.contains(r))
+            .collect()
+    }
+
+    /// Whether PMIx accepted the termination event handler that feeds [`Runtime::failed`]
+    /// (`Err(status)` if not).
+    pub fn events_registered(&self) -> std::result::Result<(), i32> {
+        self.client.events_registered()
     }
 
     fn check_rank(&self, rank: u32) -> Result<()> {
@@ -320,7 +340,8 @@ impl Runtime for PmixRuntime {
 
     fn get(&self, rank: u32, key: &str, timeout: Duration) -> Result<Vec<u8>> {
         self.check_rank(rank)?;
-        let mode = if self.collected.load(Ordering::SeqCst) {
+        let dead = self.client.failed_ranks().contains(&rank);
+        let mode = if dead || self.collected.load(Ordering::SeqCst) {
             GetMode::Immediate
         } else {
             GetMode::Wait
@@ -337,6 +358,10 @@ impl Runtime for PmixRuntime {
                     what: format!("key {key:?} of rank {rank} holds a {kind}, not bytes"),
                 })
             }
+            Err(e) if dead || self.client.failed_ranks().contains(&rank) => {
+                tracing::debug!(error = %e, rank, key, "PMIx get of a dead rank failed");
+                Err(RuntimeError::PeerFailed { ranks: vec![rank] })
+            }
             Err(e) if e.is_not_found() => Err(RuntimeError::NotFound {
                 rank,
                 key: key.to_string(),
@@ -351,11 +376,6 @@ impl Runtime for PmixRuntime {
     }
 
     fn failed(&self) -> Vec<u32> {
-        self.failed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .copied()
-            .collect()
+        self.client.failed_ranks()
     }
 }

@@ -1,6 +1,7 @@
 //! [`PmixClient`]: one initialised PMIx client (`PMIx_Init` .. `PMIx_Finalize`).
 
 use super::error::{Error, Result};
+use super::event::{self, FailedSet, Registration};
 use super::ffi as p;
 use super::library::{library, version};
 use super::op::{fence_done, get_done, Completion, FenceOp, GetOp, ValueOwnership};
@@ -115,6 +116,10 @@ pub struct PmixClient {
     init_status: i32,
     version: String,
     ownership: ValueOwnership,
+    /// Peers PMIx reported terminated (filled by the event handler, event.rs).
+    failed: Arc<FailedSet>,
+    /// The termination event handler, or why it could not be registered (a PMIx status).
+    events: std::result::Result<Registration, i32>,
 }
 
 impl fmt::Debug for PmixClient {
@@ -159,6 +164,14 @@ impl PmixClient {
             }
         };
         let nspace = nspace_str(&me.nspace);
+        let failed = Arc::new(FailedSet::new(me.nspace, me.rank));
+        let events = event::register(lib, &failed);
+        if let Err(status) = events {
+            tracing::warn!(
+                status,
+                "PMIx termination event handler not registered: failed() will not see dead peers"
+            );
+        }
         tracing::debug!(%nspace, rank = me.rank, singleton, %version, "PMIx initialised");
         Ok(PmixClient {
             lib,
@@ -168,6 +181,8 @@ impl PmixClient {
             init_status: rc,
             version,
             ownership,
+            failed,
+            events,
         })
     }
 
@@ -190,6 +205,21 @@ impl PmixClient {
     /// `PMIx_Get_version` of the loaded library.
     pub fn library_version(&self) -> &str {
         &self.version
+    }
+
+    /// The ranks of this job PMIx reported terminated (termination events: see
+    /// [`event::TERMINATION_CODES`](super::TERMINATION_CODES)), ascending. A local snapshot.
+    pub fn failed_ranks(&self) -> Vec<u32> {
+        self.failed.ranks()
+    }
+    /// How many termination events the handler received.
+    pub fn termination_events(&self) -> u64 {
+        self.failed.events()
+    }
+    /// Whether the termination event handler is registered (`Err(status)` when PMIx refused it
+    /// or did not confirm within 5 s).
+    pub fn events_registered(&self) -> std::result::Result<(), i32> {
+        self.events.as_ref().map(|_| ()).map_err(|&s| s)
     }
 
     /// `PMIX_JOB_SIZE`: the number of processes of the job.
@@ -473,6 +503,9 @@ impl PmixClient {
 
 impl Drop for PmixClient {
     fn drop(&mut self) {
+        if let Ok(reg) = std::mem::replace(&mut self.events, Err(0)) {
+            event::deregister(self.lib, reg);
+        }
         // Pending non-blocking calls own their memory (op.rs), so finalizing under them is safe.
         // SAFETY: this client's PMIx_Init succeeded (or made a singleton), so one
         // PMIx_Finalize is owed; no info array.

@@ -28,9 +28,9 @@
 //! pmix.h's macros and static inlines (`PMIX_PROC_LOAD`, `PMIX_INFO_LOAD`, `PMIX_VALUE_RELEASE`,
 //! ...) are not in the library; their equivalents are written here in Rust (see `value.rs`).
 //!
-//! Issue 7 (fault tolerance) will add termination events (`PMIx_Register_event_handler` with
-//! `PMIX_EVENT_PROC_TERMINATED` / `PMIX_ERR_PROC_ABORTED`, already in the bindings) feeding a
-//! failed set, and fences over the survivors, which [`Procs::Ranks`] already provides.
+//! - **Dead peers.** [`PmixClient::init`] registers an event handler for process-termination
+//!   events ([`TERMINATION_CODES`], event.rs) that records the dead ranks in a set inside the
+//!   client ([`PmixClient::failed_ranks`]); fences over the survivors use [`Procs::Ranks`].
 
 // The bindings live in sys/src/ffi/pmix.rs beside the verbs ones; they are mounted here so that
 // ffi/mod.rs (shared with other work) needs no change.
@@ -40,12 +40,14 @@ pub mod ffi;
 
 mod client;
 mod error;
+mod event;
 mod library;
 mod op;
 mod value;
 
 pub use client::{FenceOptions, GetMode, GetOptions, PmixClient, Procs, Scope, BACKSTOP_GRACE};
 pub use error::{Error, Result};
+pub use event::TERMINATION_CODES;
 pub use library::{library, version, PMIX_ENV, PMIX_SONAME};
 pub use value::{Value, MAX_KEY_LEN, RANK_WILDCARD};
 

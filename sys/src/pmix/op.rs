@@ -26,7 +26,7 @@ impl<T> Completion<T> {
         }
     }
     /// Called from the PMIx progress thread; never panics (a poisoned lock is still used).
-    fn complete(&self, value: T) {
+    pub(crate) fn complete(&self, value: T) {
         let mut slot = self.slot.lock().unwrap_or_else(|e| e.into_inner());
         *slot = Some(value);
         self.cv.notify_all();

@@ -45,15 +45,17 @@ pub(crate) fn key_cstring(call: &'static str, key: &str) -> Result<CString> {
     })
 }
 
-/// An array of `pmix_info_t` directives holding only scalars (bool, int): nothing in it points
-/// to the heap, so it needs no `PMIX_INFO_DESTRUCT` and may move between threads.
+/// An array of `pmix_info_t` directives holding only scalars (bool, int) and opaque pointers
+/// PMIx never dereferences (`PMIX_EVENT_RETURN_OBJECT`): nothing in it is owned, so it needs no
+/// `PMIX_INFO_DESTRUCT` and may move between threads.
 #[derive(Default)]
 pub(crate) struct InfoList {
     items: Vec<p::pmix_info_t>,
 }
 
-// SAFETY: every pmix_info_t in the list holds a scalar value (bool or int) and a key copied
-// inline; no pointer inside is ever set, so there is nothing shared to race on.
+// SAFETY: every pmix_info_t in the list holds a scalar value (bool or int), or an opaque pointer
+// to a Sync object (the failed set) that only our event handler dereferences, and a key copied
+// inline; nothing in it is owned or mutated through it.
 unsafe impl Send for InfoList {}
 // SAFETY: as above; the list is only read through shared references.
 unsafe impl Sync for InfoList {}
@@ -79,6 +81,10 @@ impl InfoList {
     /// `PMIX_INFO_LOAD(&info, key, &n, PMIX_INT)`.
     pub(crate) fn push_int(&mut self, key: &[u8], integer: i32) {
         self.push(key, p::PMIX_INT, p::pmix_value__bindgen_ty_1 { integer });
+    }
+    /// `PMIX_INFO_LOAD(&info, key, ptr, PMIX_POINTER)` (PMIx stores the pointer, never follows it).
+    pub(crate) fn push_pointer(&mut self, key: &[u8], ptr: *mut std::ffi::c_void) {
+        self.push(key, p::PMIX_POINTER, p::pmix_value__bindgen_ty_1 { ptr });
     }
     pub(crate) fn len(&self) -> usize {
         self.items.len()

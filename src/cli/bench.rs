@@ -37,6 +37,7 @@ const TAG_REGION: u8 = 2;
 const TAG_NOTE: u8 = 3;
 
 struct Inbox {
+    name: &'static str,
     count: AtomicU64,
     last: Mutex<Vec<u8>>,
 }
@@ -63,8 +64,10 @@ fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Resu
         t.progress().map_err(|e| e.to_string())?;
         if Instant::now() > deadline {
             return Err(format!(
-                "timed out waiting for message {n} (have {})",
-                inbox.count.load(Ordering::Acquire)
+                "timed out waiting for {} message {n} (have {}); endpoint: {}",
+                inbox.name,
+                inbox.count.load(Ordering::Acquire),
+                t.debug_endpoint(1 - t.rank())
             ));
         }
     }
@@ -97,14 +100,17 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let me = t.rank();
     let peer = 1 - me;
     let inbox = Arc::new(Inbox {
+        name: "inbox",
         count: AtomicU64::new(0),
         last: Mutex::new(Vec::new()),
     });
     let notes = Arc::new(Inbox {
+        name: "notes",
         count: AtomicU64::new(0),
         last: Mutex::new(Vec::new()),
     });
     let regions = Arc::new(Inbox {
+        name: "regions",
         count: AtomicU64::new(0),
         last: Mutex::new(Vec::new()),
     });

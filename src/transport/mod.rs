@@ -283,6 +283,25 @@ impl Transport {
         )?))
     }
 
+    /// The flow-control counters of an endpoint, for diagnostics.
+    pub fn debug_endpoint(&self, peer: u32) -> String {
+        match self.eps.get(&peer) {
+            None => "none".into(),
+            Some(e) => format!(
+                "{:?} credits {} ctl {} to_return {} ctl_to_return {} pending {} in_send {} rdma {} free_send {}",
+                e.state,
+                e.credits,
+                e.ctl_credits,
+                e.to_return,
+                e.ctl_to_return,
+                e.pending.len(),
+                e.in_send.len(),
+                e.rdma.len(),
+                e.free_send.len()
+            ),
+        }
+    }
+
     pub fn endpoint_state(&self, peer: u32) -> Option<EndpointState> {
         self.eps.get(&peer).map(|e| e.state.clone())
     }

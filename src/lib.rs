@@ -15,4 +15,5 @@ pub mod ping;
 pub mod runtime;
 pub mod selftest;
 pub mod settings;
+pub mod sim;
 pub mod transport;

@@ -36,6 +36,11 @@ enum Cmd {
     Ping(cli::ping::PingArgs),
     /// Latency and bandwidth between ranks 0 and 1 over the transport (run under 2 ranks).
     Bench(cli::bench::BenchArgs),
+    /// Deterministic simulations of the runtime's algorithms (the resilient fence).
+    Sim {
+        #[command(subcommand)]
+        cmd: cli::sim::SimCmd,
+    },
     /// The packed modex: show what this node publishes, decode a blob, compare sizes at scale.
     Modex {
         #[command(subcommand)]
@@ -68,6 +73,7 @@ fn main() {
         Cmd::Modex { cmd } => cli::modex::run(cmd),
         Cmd::Ping(a) => cli::ping::run(&a),
         Cmd::Bench(a) => cli::bench::run(&a),
+        Cmd::Sim { cmd } => cli::sim::run(cmd),
     };
     std::process::exit(code);
 }

@@ -9,6 +9,7 @@ pub mod ping;
 pub mod ports;
 pub mod run;
 pub mod selftest;
+pub mod sim;
 
 /// Exit codes shared by every subcommand (documented in README.md and docs/CLI.md).
 pub mod exit {

@@ -12,6 +12,7 @@ use std::time::Duration;
 pub mod embedded;
 pub mod fence;
 pub mod pmix;
+pub mod resilient;
 pub mod singleton;
 pub mod wire;
 

@@ -1,0 +1,730 @@
+//! The fault-tolerant fence and allgather (issue 7) as a sans-IO state machine.
+//!
+//! Same shape as [`super::fence`]: one [`ResilientFence`] per participant and fence call, fed
+//! [`ResIn`] (a message, a death notice from the local failure detector, a tick) and answering
+//! with [`ResOut`] (sends, completion with the data and the agreed failed set, a timeout). It
+//! never does I/O or reads a clock, so the simulator (`crate::sim`) and the embedded client
+//! drive it the same way (like quinn-proto's `handle_*`/`poll_*`, folded into one call).
+//!
+//! The algorithm (docs/RUNTIME.md, "Resilient fence"), in short:
+//! - **Tree.** A binomial tree over the sorted members given at start (index `i`'s parent is
+//!   `i & (i - 1)`). With a failed set `F`, each live member's *effective parent* is its
+//!   nearest live ancestor; a member whose ancestors are all dead hangs below the lowest live
+//!   member, which is the root. So a dead child's children are adopted by its parent, a dead
+//!   parent is replaced by the grandparent (or the next live ancestor), and the tree is a
+//!   deterministic function of `F`: two members with the same `F` agree on it.
+//! - **Views.** Every message carries the sender's failed set and its hash; on a hash mismatch
+//!   the receiver merges the difference into its detector (the detector is accurate, so this
+//!   only spreads true deaths) and recomputes its place in the tree. Already-received reports
+//!   are kept; only the members not yet heard from are waited for.
+//! - **Gather** (`Up`): a member reports to its effective parent once every effective child
+//!   reported, with the data of its subtree. The report also carries the highest proposal the
+//!   member acknowledged (its Paxos "promise" for this root).
+//! - **Agreement**: the root proposes `(failed set, data)` down the tree (`Propose`), members
+//!   acknowledge up (`Ack`), the root commits (`Commit`). If the acknowledgements reveal a
+//!   failure not in the proposal, the root proposes again with it (a new sub-ballot). If the
+//!   root dies, the next lowest live member becomes root and gathers again; if any survivor
+//!   acknowledged a proposal, it re-proposes the highest one unchanged (it may already have been
+//!   committed somewhere), otherwise it proposes afresh. Committed members keep answering every
+//!   message with the decision.
+//!
+//! Assumptions: fail-stop processes, reliable channels between live processes (a message sent
+//! before the sender died may still arrive), and an accurate, eventually complete failure
+//! detector (every live process eventually learns of every death; nobody is reported dead
+//! while alive). Under them every survivor ends with the same failed set and the same data.
+
+use super::wire::Entry;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// Each member's contribution, by rank.
+pub type Gathered = BTreeMap<u32, Vec<Entry>>;
+
+/// A proposal number: (root's rank, attempt of that root). Ordered lexicographically; the root
+/// only ever moves to higher ranks, so later roots always have higher ballots.
+pub type Ballot = (u32, u32);
+
+/// What the members agree on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// Members that failed, ascending.
+    pub failed: Arc<Vec<u32>>,
+    /// The data of every member not in `failed`.
+    pub data: Arc<Gathered>,
+}
+
+/// The header every message carries: the sender's failed set and its hash.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct View {
+    pub hash: u64,
+    pub failed: Arc<Vec<u32>>,
+}
+
+/// Message bodies.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Body {
+    /// Child -> parent: my subtree reported to `root`; its data; the highest proposal any of
+    /// it acknowledged.
+    Up {
+        root: u32,
+        data: Gathered,
+        acked: Option<(Ballot, Decision)>,
+    },
+    /// Root -> down the tree.
+    Propose { ballot: Ballot, value: Decision },
+    /// Up the tree: my whole subtree acknowledged `ballot`.
+    Ack { ballot: Ballot },
+    /// The final decision (down the tree, and as the answer to anything once decided).
+    Commit { value: Decision },
+    /// Only the view: the answer to a message of a dead root (so the sender learns faster).
+    Nudge,
+}
+
+/// A resilient-fence message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResMsg {
+    pub epoch: u64,
+    pub view: View,
+    pub body: Body,
+}
+
+impl ResMsg {
+    /// A short name of the kind, for statistics.
+    pub fn kind(&self) -> &'static str {
+        match self.body {
+            Body::Up { .. } => "up",
+            Body::Propose { .. } => "propose",
+            Body::Ack { .. } => "ack",
+            Body::Commit { .. } => "commit",
+            Body::Nudge => "nudge",
+        }
+    }
+}
+
+/// An input.
+#[derive(Debug, Clone)]
+pub enum ResIn {
+    /// A message of this machine's epoch (the driver keeps others aside).
+    Msg { from: u32, msg: ResMsg },
+    /// The failure detector reports `rank` dead.
+    PeerGone { rank: u32 },
+    /// The clock, in milliseconds of the driver's choosing (only compared with the deadline).
+    Tick { now_ms: u64 },
+}
+
+/// An output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ResOut {
+    Send {
+        to: u32,
+        msg: ResMsg,
+    },
+    /// Agreed: the data of every member not in `failed`, and the agreed failed set. Emitted
+    /// once; the machine keeps answering messages afterwards (keep it until the next fence).
+    Done {
+        data: Arc<Gathered>,
+        failed: Arc<Vec<u32>>,
+    },
+    /// The deadline passed without agreement (only possible if the detector is not complete,
+    /// e.g. a hung but live process); the caller may retry the fence. Still waiting for these.
+    TimedOut {
+        waiting: Vec<u32>,
+    },
+}
+
+/// FNV-1a over the ascending failed ranks.
+pub fn view_hash(failed: &[u32]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for r in failed {
+        for b in r.to_le_bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+    h
+}
+
+/// Binomial-tree parent of index `i` (> 0).
+fn tree_parent(i: usize) -> usize {
+    i & (i - 1)
+}
+
+/// Binomial-tree children of index `i` among `n`.
+fn tree_children(i: usize, n: usize) -> impl Iterator<Item = usize> {
+    let limit = if i == 0 {
+        usize::MAX
+    } else {
+        i & i.wrapping_neg()
+    };
+    (0..usize::BITS)
+        .map(|k| 1usize << k)
+        .take_while(move |&b| b < limit && i + b < n)
+        .map(move |b| i + b)
+}
+
+/// One participant's state for one resilient fence.
+pub struct ResilientFence {
+    me: u32,
+    epoch: u64,
+    /// Members, ascending; tree positions are indices into this.
+    members: Vec<u32>,
+    my_idx: usize,
+    /// Dead by index.
+    dead: Vec<bool>,
+    failed: BTreeSet<u32>,
+    view: View,
+    deadline_ms: Option<u64>,
+    /// All data known (own contribution first).
+    data: Gathered,
+    /// The current root's rank and who reported to me for it.
+    root: u32,
+    reported: BTreeSet<u32>,
+    /// Highest proposal acknowledged, from me or my reporters.
+    best_acked: Option<(Ballot, Decision)>,
+    /// The Up for `root` has been sent to this parent (a Paxos promise to `root`).
+    up_sent_to: Option<u32>,
+    /// The current proposal of `root` and its propagation.
+    proposal: Option<(Ballot, Decision)>,
+    /// Root only: whether the value may still change (chosen afresh by this root).
+    fresh: bool,
+    prop_sent: BTreeSet<u32>,
+    acks: BTreeSet<u32>,
+    ack_sent_to: Option<u32>,
+    decided: Option<Decision>,
+    commit_sent: BTreeSet<u32>,
+    done_emitted: bool,
+    timed_out: bool,
+}
+
+impl ResilientFence {
+    /// Starts `me`'s part of fence `epoch` over `members` (any order, `me` among them) with
+    /// `known_failed` from the local detector and `contribution`; returns the first outputs.
+    pub fn start(
+        me: u32,
+        epoch: u64,
+        members: &[u32],
+        known_failed: &[u32],
+        contribution: Vec<Entry>,
+        deadline_ms: Option<u64>,
+    ) -> (ResilientFence, Vec<ResOut>) {
+        let mut members = members.to_vec();
+        members.sort_unstable();
+        members.dedup();
+        let my_idx = members
+            .binary_search(&me)
+            .expect("a fence member must be among the members");
+        let n = members.len();
+        let mut data = Gathered::new();
+        data.insert(me, contribution);
+        let mut m = ResilientFence {
+            me,
+            epoch,
+            members,
+            my_idx,
+            dead: vec![false; n],
+            failed: BTreeSet::new(),
+            view: View {
+                hash: view_hash(&[]),
+                failed: Arc::new(Vec::new()),
+            },
+            deadline_ms,
+            data,
+            root: u32::MAX,
+            reported: BTreeSet::new(),
+            best_acked: None,
+            up_sent_to: None,
+            proposal: None,
+            fresh: false,
+            prop_sent: BTreeSet::new(),
+            acks: BTreeSet::new(),
+            ack_sent_to: None,
+            decided: None,
+            commit_sent: BTreeSet::new(),
+            done_emitted: false,
+            timed_out: false,
+        };
+        m.merge_failed(known_failed.iter().copied());
+        let mut out = Vec::new();
+        m.progress(&mut out);
+        (m, out)
+    }
+
+    pub fn epoch(&self) -> u64 {
+        self.epoch
+    }
+
+    /// This participant's rank.
+    pub fn me(&self) -> u32 {
+        self.me
+    }
+
+    /// Agreed (or timed out).
+    pub fn is_finished(&self) -> bool {
+        self.decided.is_some() || self.timed_out
+    }
+
+    /// The agreed outcome, once decided.
+    pub fn decision(&self) -> Option<&Decision> {
+        self.decided.as_ref()
+    }
+
+    /// This member's failed set now (the local detector merged with what messages told).
+    pub fn known_failed(&self) -> &[u32] {
+        &self.view.failed
+    }
+
+    /// Feeds one input; returns what to do.
+    pub fn handle(&mut self, input: ResIn) -> Vec<ResOut> {
+        let mut out = Vec::new();
+        match input {
+            ResIn::PeerGone { rank } => {
+                self.merge_failed(std::iter::once(rank));
+            }
+            ResIn::Tick { now_ms } => {
+                if self.decided.is_none()
+                    && !self.timed_out
+                    && self.deadline_ms.is_some_and(|d| now_ms >= d)
+                {
+                    self.timed_out = true;
+                    let waiting = self
+                        .eff_children()
+                        .into_iter()
+                        .filter(|c| !self.reported.contains(c) && !self.acks.contains(c))
+                        .chain(self.eff_parent())
+                        .collect();
+                    out.push(ResOut::TimedOut { waiting });
+                    return out;
+                }
+            }
+            ResIn::Msg { from, msg } => {
+                if msg.epoch != self.epoch {
+                    return out;
+                }
+                if msg.view.hash != self.view.hash {
+                    self.merge_failed(msg.view.failed.iter().copied());
+                }
+                self.on_msg(from, msg.body, &mut out);
+            }
+        }
+        self.progress(&mut out);
+        out
+    }
+
+    fn idx(&self, rank: u32) -> Option<usize> {
+        self.members.binary_search(&rank).ok()
+    }
+
+    fn merge_failed(&mut self, ranks: impl Iterator<Item = u32>) {
+        let mut changed = false;
+        for r in ranks {
+            if let Some(i) = self.idx(r) {
+                if i != self.my_idx && !self.dead[i] {
+                    self.dead[i] = true;
+                    self.failed.insert(r);
+                    changed = true;
+                }
+            }
+        }
+        if changed {
+            let failed: Vec<u32> = self.failed.iter().copied().collect();
+            self.view = View {
+                hash: view_hash(&failed),
+                failed: Arc::new(failed),
+            };
+        }
+    }
+
+    fn lowest_live(&self) -> usize {
+        self.dead.iter().position(|d| !d).expect("I am live")
+    }
+
+    fn eff_parent_of(&self, i: usize) -> Option<usize> {
+        let mut j = i;
+        while j != 0 {
+            j = tree_parent(j);
+            if !self.dead[j] {
+                return Some(j);
+            }
+        }
+        let low = self.lowest_live();
+        (low != i).then_some(low)
+    }
+
+    fn eff_parent(&self) -> Option<u32> {
+        self.eff_parent_of(self.my_idx).map(|i| self.members[i])
+    }
+
+    /// Live members whose effective parent is me.
+    fn eff_children(&self) -> Vec<u32> {
+        let n = self.members.len();
+        let mut out = Vec::new();
+        let mut stack: Vec<usize> = tree_children(self.my_idx, n).collect();
+        if self.my_idx == self.lowest_live() && self.my_idx != 0 {
+            // Orphans: live members all of whose ancestors are dead.
+            stack.push(0);
+        }
+        while let Some(i) = stack.pop() {
+            if i == self.my_idx {
+                continue;
+            }
+            if self.dead[i] {
+                stack.extend(tree_children(i, n));
+            } else {
+                out.push(self.members[i]);
+            }
+        }
+        out.sort_unstable();
+        out
+    }
+
+    fn send(&self, to: u32, body: Body, out: &mut Vec<ResOut>) {
+        out.push(ResOut::Send {
+            to,
+            msg: ResMsg {
+                epoch: self.epoch,
+                view: self.view.clone(),
+                body,
+            },
+        });
+    }
+
+    fn on_msg(&mut self, from: u32, body: Body, out: &mut Vec<ResOut>) {
+        if let Some(d) = &self.decided {
+            if !matches!(body, Body::Commit { .. } | Body::Nudge) {
+                let value = d.clone();
+                self.send(from, Body::Commit { value }, out);
+            }
+            return;
+        }
+        // The root as of the merged view.
+        self.update_root();
+        match body {
+            Body::Commit { value } => {
+                // No echo back to whoever told me.
+                self.commit_sent.insert(from);
+                self.decide(value)
+            }
+            Body::Nudge => {}
+            Body::Up { root, data, acked } => {
+                if root != self.root {
+                    // The sender's root is dead (it is lower than mine) or it will learn
+                    // mine from this answer.
+                    if root < self.root {
+                        self.send(from, Body::Nudge, out);
+                    }
+                    self.data.extend(data);
+                    return;
+                }
+                self.data.extend(data);
+                self.note_acked(acked);
+                self.reported.insert(from);
+                if let Some((ballot, value)) = self.proposal.clone() {
+                    // Past the gather: answer with the proposal.
+                    self.prop_sent.insert(from);
+                    self.send(from, Body::Propose { ballot, value }, out);
+                }
+            }
+            Body::Propose { ballot, value } => {
+                if ballot.0 != self.root {
+                    if ballot.0 < self.root {
+                        self.send(from, Body::Nudge, out);
+                    }
+                    return;
+                }
+                let newer = self.proposal.as_ref().is_none_or(|(b, _)| ballot > *b);
+                if newer {
+                    self.proposal = Some((ballot, value));
+                    self.prop_sent.clear();
+                    self.acks.clear();
+                    self.ack_sent_to = None;
+                } else if self.proposal.as_ref().is_some_and(|(b, _)| *b == ballot) {
+                    if let Some(p) = self.ack_sent_to {
+                        // A repeat (e.g. from an adopting grandparent): answer with the ack.
+                        if p != from {
+                            self.send(from, Body::Ack { ballot }, out);
+                        }
+                    }
+                }
+            }
+            Body::Ack { ballot } => {
+                match &self.proposal {
+                    Some((b, _)) if *b == ballot => {
+                        self.acks.insert(from);
+                    }
+                    Some((b, value)) if ballot.0 == self.root && ballot < *b => {
+                        // An ack of an older attempt: send the current one.
+                        let (b, value) = (*b, value.clone());
+                        self.send(from, Body::Propose { ballot: b, value }, out);
+                    }
+                    _ if ballot.0 < self.root => self.send(from, Body::Nudge, out),
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    fn note_acked(&mut self, acked: Option<(Ballot, Decision)>) {
+        if let Some((b, v)) = acked {
+            if self.best_acked.as_ref().is_none_or(|(mine, _)| b > *mine) {
+                self.best_acked = Some((b, v));
+            }
+        }
+    }
+
+    /// Moves to a new root when the view says the old one is dead: a new gather, a new promise.
+    fn update_root(&mut self) {
+        let root = self.members[self.lowest_live()];
+        if root != self.root {
+            self.root = root;
+            self.reported.clear();
+            self.up_sent_to = None;
+            if let Some(p) = self.proposal.take() {
+                self.note_acked_own(p);
+            }
+            self.fresh = false;
+            self.prop_sent.clear();
+            self.acks.clear();
+            self.ack_sent_to = None;
+        }
+    }
+
+    fn note_acked_own(&mut self, p: (Ballot, Decision)) {
+        // A proposal counts as acknowledged by me once I acked it; I ack only once my subtree
+        // did, but for safety any proposal I held and forwarded counts (a superset is safe).
+        self.note_acked(Some(p));
+    }
+
+    fn decide(&mut self, value: Decision) {
+        if self.decided.is_none() {
+            self.decided = Some(value);
+        }
+    }
+
+    /// Does whatever the state now allows (idempotent).
+    fn progress(&mut self, out: &mut Vec<ResOut>) {
+        if self.timed_out {
+            return;
+        }
+        if self.decided.is_none() {
+            self.update_root();
+        }
+        let children = self.eff_children();
+        let parent = self.eff_parent();
+        if let Some(d) = self.decided.clone() {
+            if !self.done_emitted {
+                self.done_emitted = true;
+                out.push(ResOut::Done {
+                    data: d.data.clone(),
+                    failed: d.failed.clone(),
+                });
+            }
+            let targets: Vec<u32> = children
+                .iter()
+                .copied()
+                .chain(parent)
+                .filter(|t| !self.commit_sent.contains(t))
+                .collect();
+            for t in targets {
+                self.commit_sent.insert(t);
+                self.send(t, Body::Commit { value: d.clone() }, out);
+            }
+            return;
+        }
+        // Gather.
+        let gathered = children.iter().all(|c| self.reported.contains(c));
+        if self.proposal.is_none() {
+            if !gathered {
+                return;
+            }
+            match parent {
+                Some(p) => {
+                    if self.up_sent_to != Some(p) {
+                        self.up_sent_to = Some(p);
+                        let body = Body::Up {
+                            root: self.root,
+                            data: self.data.clone(),
+                            acked: self.best_acked.clone(),
+                        };
+                        self.send(p, body, out);
+                    }
+                    return;
+                }
+                None => {
+                    // I am the root: propose.
+                    let value = match self.best_acked.clone() {
+                        Some((_, v)) => {
+                            self.fresh = false;
+                            v
+                        }
+                        None => {
+                            self.fresh = true;
+                            self.fresh_value()
+                        }
+                    };
+                    self.proposal = Some(((self.root, 0), value));
+                }
+            }
+        }
+        // Propagate the proposal to children not yet sent it.
+        let (ballot, value) = self.proposal.clone().expect("a proposal");
+        for &c in &children {
+            if !self.prop_sent.contains(&c) {
+                self.prop_sent.insert(c);
+                self.send(
+                    c,
+                    Body::Propose {
+                        ballot,
+                        value: value.clone(),
+                    },
+                    out,
+                );
+            }
+        }
+        if !children.iter().all(|c| self.acks.contains(c)) {
+            return;
+        }
+        match parent {
+            Some(p) => {
+                if self.ack_sent_to != Some(p) {
+                    self.ack_sent_to = Some(p);
+                    self.send(p, Body::Ack { ballot }, out);
+                }
+            }
+            None => {
+                if self.fresh && *value.failed != *self.view.failed {
+                    // The agreement found a failure: run it again with it.
+                    let value = self.fresh_value();
+                    self.proposal = Some(((ballot.0, ballot.1 + 1), value));
+                    self.prop_sent.clear();
+                    self.acks.clear();
+                    self.progress(out);
+                } else {
+                    self.decide(value);
+                    self.progress(out);
+                }
+            }
+        }
+    }
+
+    /// A value from this root's knowledge: its failed set and the data of everyone else.
+    fn fresh_value(&self) -> Decision {
+        let data: Gathered = self
+            .data
+            .iter()
+            .filter(|(r, _)| !self.failed.contains(r))
+            .map(|(r, e)| (*r, e.clone()))
+            .collect();
+        Decision {
+            failed: self.view.failed.clone(),
+            data: Arc::new(data),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn machine(me: u32, n: u32, failed: &[u32]) -> ResilientFence {
+        let members: Vec<u32> = (0..n).map(|i| i * 10).collect();
+        ResilientFence::start(me, 1, &members, failed, Vec::new(), None).0
+    }
+
+    #[test]
+    fn binomial_tree_is_consistent_and_shallow() {
+        for n in 1..300usize {
+            let mut seen = vec![false; n];
+            seen[0] = true;
+            for i in 0..n {
+                for c in tree_children(i, n) {
+                    assert_eq!(tree_parent(c), i);
+                    assert!(!seen[c]);
+                    seen[c] = true;
+                }
+                assert!((i as u32).count_ones() <= usize::BITS - n.leading_zeros());
+            }
+            assert!(seen.iter().all(|s| *s), "n={n}");
+        }
+    }
+
+    #[test]
+    fn a_dead_child_is_replaced_by_its_children() {
+        // Ranks are index * 10; index 4's children are 5 and 6.
+        let m = machine(0, 8, &[40]);
+        assert_eq!(m.eff_children(), vec![10, 20, 50, 60]);
+        let m = machine(50, 8, &[40]);
+        assert_eq!(m.eff_parent(), Some(0));
+    }
+
+    #[test]
+    fn a_dead_root_makes_the_lowest_live_member_root_and_adopt_the_orphans() {
+        let m = machine(10, 8, &[0]);
+        assert_eq!(m.eff_parent(), None);
+        assert_eq!(m.eff_children(), vec![20, 40]);
+        let m = machine(20, 8, &[0]);
+        assert_eq!(m.eff_parent(), Some(10));
+        let m = machine(30, 8, &[0, 20]);
+        assert_eq!(m.eff_parent(), Some(10));
+    }
+
+    #[test]
+    fn a_lone_member_decides_at_once() {
+        let (m, outs) = ResilientFence::start(3, 1, &[3], &[], Vec::new(), None);
+        assert!(m.is_finished());
+        assert!(matches!(&outs[..], [ResOut::Done { failed, .. }] if failed.is_empty()));
+    }
+
+    #[test]
+    fn a_mismatched_view_is_merged_and_the_tree_rebuilt() {
+        let mut m = machine(50, 8, &[]);
+        assert_eq!(m.eff_parent(), Some(40));
+        let failed = Arc::new(vec![40]);
+        let msg = ResMsg {
+            epoch: 1,
+            view: View {
+                hash: view_hash(&failed),
+                failed,
+            },
+            body: Body::Nudge,
+        };
+        let outs = m.handle(ResIn::Msg { from: 0, msg });
+        assert_eq!(m.known_failed(), &[40]);
+        // The leaf re-sends its report to its new parent.
+        assert!(
+            outs.iter()
+                .any(|o| matches!(o, ResOut::Send { to: 0, msg } if msg.kind() == "up")),
+            "{outs:?}"
+        );
+    }
+
+    #[test]
+    fn a_decided_member_answers_anything_with_the_decision() {
+        let (mut m, _) = ResilientFence::start(0, 1, &[0], &[], Vec::new(), None);
+        let outs = m.handle(ResIn::Msg {
+            from: 7,
+            msg: ResMsg {
+                epoch: 1,
+                view: View {
+                    hash: view_hash(&[]),
+                    failed: Arc::new(vec![]),
+                },
+                body: Body::Ack { ballot: (0, 0) },
+            },
+        });
+        assert!(matches!(&outs[..], [ResOut::Send { to: 7, msg }] if msg.kind() == "commit"));
+    }
+
+    #[test]
+    fn the_deadline_gives_up_naming_who_is_missing() {
+        let members = [0, 1, 2];
+        let (mut m, _) = ResilientFence::start(0, 1, &members, &[], Vec::new(), Some(100));
+        assert!(m.handle(ResIn::Tick { now_ms: 99 }).is_empty());
+        let outs = m.handle(ResIn::Tick { now_ms: 100 });
+        assert_eq!(
+            outs,
+            vec![ResOut::TimedOut {
+                waiting: vec![1, 2]
+            }]
+        );
+    }
+}

@@ -7,6 +7,17 @@ use crate::library::verbs;
 use crate::pd::ProtectionDomain;
 use crate::srq::SharedReceiveQueue;
 
+/// The verbs form of a list of entries.
+pub(crate) fn raw_sges(sges: &[Sge]) -> Vec<v::ibv_sge> {
+    sges.iter()
+        .map(|s| v::ibv_sge {
+            addr: s.addr,
+            length: s.length,
+            lkey: s.lkey,
+        })
+        .collect()
+}
+
 /// A scatter/gather entry. Only [`crate::MemoryRegion::sge`] makes one, so every entry lies
 /// inside memory some live region owns (inline sends are copied by the CPU from `addr`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -270,15 +281,7 @@ impl QueuePair {
 
     /// Posts one send-queue request (the body of the inline `ibv_post_send`).
     pub fn post_send(&self, req: &SendRequest) -> Result<()> {
-        let mut sges: Vec<v::ibv_sge> = req
-            .sges
-            .iter()
-            .map(|s| v::ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = crate::qp::raw_sges(&req.sges);
         let mut wr = v::ibv_send_wr {
             wr_id: req.wr_id,
             sg_list: sges.as_mut_ptr(),
@@ -364,15 +367,7 @@ impl QueuePair {
 
     /// Posts one receive request (the body of the inline `ibv_post_recv`).
     pub fn post_recv(&self, req: &RecvRequest) -> Result<()> {
-        let mut sges: Vec<v::ibv_sge> = req
-            .sges
-            .iter()
-            .map(|s| v::ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = crate::qp::raw_sges(&req.sges);
         let mut wr = v::ibv_recv_wr {
             wr_id: req.wr_id,
             next: std::ptr::null_mut(),
@@ -561,14 +556,7 @@ impl QueuePair {
         qkey: u32,
         sges: &[Sge],
     ) -> Result<()> {
-        let mut list: Vec<v::ibv_sge> = sges
-            .iter()
-            .map(|s| v::ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut list = crate::qp::raw_sges(&sges);
         let mut wr = v::ibv_send_wr {
             wr_id,
             sg_list: list.as_mut_ptr(),

@@ -68,15 +68,7 @@ impl SharedReceiveQueue {
 
     /// Posts one receive request (the body of the inline `ibv_post_srq_recv`).
     pub fn post_recv(&self, req: &RecvRequest) -> Result<()> {
-        let mut sges: Vec<v::ibv_sge> = req
-            .sges
-            .iter()
-            .map(|s| v::ibv_sge {
-                addr: s.addr,
-                length: s.length,
-                lkey: s.lkey,
-            })
-            .collect();
+        let mut sges = crate::qp::raw_sges(&req.sges);
         let mut wr = v::ibv_recv_wr {
             wr_id: req.wr_id,
             next: std::ptr::null_mut(),

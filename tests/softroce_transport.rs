@@ -7,15 +7,19 @@ mod harness;
 
 use serde_json::Value;
 
+// Ignored in CI until the stall seen under host load is found (issue 6): run by hand with
+// `cargo test --test softroce_transport -- --ignored`. On a stall, `openib bench` prints both
+// endpoints' flow-control counters; the failing section prints the ranks' stderr.
 #[test]
+#[ignore = "transport stalls once in a while under host load (issue 6); run by hand"]
 fn bench_moves_checked_data_through_both_paths() {
     if harness::skip_guest("softroce_transport") {
         return;
     }
     let b = env!("CARGO_BIN_EXE_openib");
     let script = format!(
-        "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 || echo FAILED\n\
-         echo '=== mpirun'; mpirun --oversubscribe -np 2 {b} bench --json --iters 10 --sizes 8,65536 || echo FAILED\n\
+        "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+         echo '=== mpirun'; mpirun --oversubscribe -np 2 {b} bench --json --iters 10 --sizes 8,65536 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== end'\n"
     );
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);

@@ -576,6 +576,15 @@ impl Transport {
         let Some(ep) = self.eps.get_mut(&c.peer) else {
             return Ok(());
         };
+        if ep.conn.is_some() {
+            // Never replace a live connection (its QP carries messages in flight and the peer's
+            // credits): a second connection to the same peer is dropped.
+            tracing::warn!(
+                peer = c.peer,
+                "second connection to a connected peer dropped"
+            );
+            return Ok(());
+        }
         let recv = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
         for i in 0..depth {
             c.qp.post_recv(&RecvRequest {

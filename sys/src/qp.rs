@@ -344,23 +344,31 @@ impl QueuePair {
                 };
             }
         }
-        let mut bad: *mut v::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: `wr` and `sges` live across the call; every SGE lies inside a live MR (see
-        // `Sge`); the provider copies the request before returning.
-        let rc = unsafe {
-            let ctx = (*self.raw).context;
-            let f = (*ctx).ops.post_send.ok_or(Error::InvalidArgument {
-                verb: "ibv_post_send",
-                what: "provider has no post_send".into(),
-            })?;
-            f(self.raw, &mut wr, &mut bad)
-        };
+        // `Sge`).
+        unsafe { self.post_send_raw(&mut wr, format_args!("qp {}", self.qp_num())) }
+    }
+
+    /// The body of the inline `ibv_post_send`: hands one request to the provider, which
+    /// copies it before returning.
+    ///
+    /// # Safety
+    /// Every pointer in `wr` (its SGE list, an address handle) must be valid for the call,
+    /// and every SGE must lie inside live registered memory.
+    unsafe fn post_send_raw(
+        &self,
+        wr: &mut v::ibv_send_wr,
+        context: std::fmt::Arguments<'_>,
+    ) -> Result<()> {
+        let mut bad: *mut v::ibv_send_wr = std::ptr::null_mut();
+        let ctx = (*self.raw).context;
+        let f = (*ctx).ops.post_send.ok_or(Error::InvalidArgument {
+            verb: "ibv_post_send",
+            what: "provider has no post_send".into(),
+        })?;
+        let rc = f(self.raw, wr, &mut bad);
         if rc != 0 {
-            return Err(Error::from_rc(
-                "ibv_post_send",
-                rc,
-                format!("qp {}", self.qp_num()),
-            ));
+            return Err(Error::from_rc("ibv_post_send", rc, context));
         }
         Ok(())
     }
@@ -570,24 +578,13 @@ impl QueuePair {
             remote_qpn,
             remote_qkey: qkey,
         };
-        let mut bad: *mut v::ibv_send_wr = std::ptr::null_mut();
         // SAFETY: as for post_send; the AH is borrowed for the duration of the post.
-        let rc = unsafe {
-            let ctx = (*self.raw).context;
-            let f = (*ctx).ops.post_send.ok_or(Error::InvalidArgument {
-                verb: "ibv_post_send",
-                what: "provider has no post_send".into(),
-            })?;
-            f(self.raw, &mut wr, &mut bad)
-        };
-        if rc != 0 {
-            return Err(Error::from_rc(
-                "ibv_post_send",
-                rc,
-                format!("UD qp {} to qpn {remote_qpn}", self.qp_num()),
-            ));
+        unsafe {
+            self.post_send_raw(
+                &mut wr,
+                format_args!("UD qp {} to qpn {remote_qpn}", self.qp_num()),
+            )
         }
-        Ok(())
     }
 
     /// Moves the QP to the error state (flushes outstanding requests with errors).

@@ -1,0 +1,197 @@
+/*
+ * openib.h: the C ABI of the openib RDMA transport (libopenib.so).
+ *
+ * Build the library with `cargo build --release -p openib-capi` (target/release/libopenib.so);
+ * link with `-I include -L target/release -lopenib`, or dlopen("libopenib.so") and dlsym the
+ * functions below. docs/CAPI.md has the details.
+ *
+ * Conventions
+ * - Every function that can fail returns an int: OPENIB_OK (0) or a negative
+ *   enum openib_error value (some return a count or a rank instead, said below). After a
+ *   failure, openib_last_error() describes it.
+ * - Every pointer argument is checked: NULL gives OPENIB_ERR_INVALID unless a function says
+ *   NULL is allowed. Out-parameters named *_out are optional (NULL: not wanted).
+ * - No function blocks longer than it says: openib_open (a collective wire-up over all ranks),
+ *   openib_flush and openib_connect_all (up to their timeout). Everything else returns at once;
+ *   operations complete through openib_progress.
+ *
+ * Threads
+ * - Any thread may call any function. A handle serialises its calls with one lock: several
+ *   threads may send, put, get and progress on one handle at once.
+ * - Receive callbacks run inside openib_progress (and openib_flush, openib_connect_all) on the
+ *   calling thread, WITH THE HANDLE'S LOCK HELD. A callback must not call a function on the same
+ *   handle (it gets OPENIB_ERR_REENTRANT); it may copy the data, record work for later, or use
+ *   another handle. openib_rank, openib_size, openib_eager_limit, openib_mem_ptr,
+ *   openib_mem_len, openib_mem_remote, openib_last_error and openib_strerror take no lock and
+ *   may be called anywhere.
+ * - openib_close must not run while another thread still uses the handle.
+ */
+#ifndef OPENIB_H
+#define OPENIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Error codes: 0 is success, every error is negative. */
+enum openib_error {
+    OPENIB_OK = 0,
+    OPENIB_ERR_INVALID = -1,         /* bad argument: NULL pointer, tag 0, len 0, wrong handle */
+    OPENIB_ERR_NO_VERBS = -2,        /* libibverbs cannot be loaded (openib ports: exit 3) */
+    OPENIB_ERR_NO_DEVICE = -3,       /* no RDMA device (openib ports: exit 4) */
+    OPENIB_ERR_SETUP = -4,           /* wire-up failed: no usable port, bad settings, ... */
+    OPENIB_ERR_RUNTIME = -5,         /* the runtime (openib run, PMIx) or modex exchange failed */
+    OPENIB_ERR_NO_PATH = -6,         /* no port pair or CPC connects to that peer */
+    OPENIB_ERR_BAD_PEER = -7,        /* peer rank out of range */
+    OPENIB_ERR_ENDPOINT_FAILED = -8, /* the connection to that peer failed (it stays failed) */
+    OPENIB_ERR_TOO_LARGE = -9,       /* message larger than the transport accepts */
+    OPENIB_ERR_RANGE = -10,          /* offset + len outside a local or remote region */
+    OPENIB_ERR_TIMEOUT = -11,        /* flush or connect_all did not finish in time */
+    OPENIB_ERR_VERBS = -12,          /* a verbs call failed */
+    OPENIB_ERR_REENTRANT = -13,      /* called from inside the same handle's receive callback */
+    OPENIB_ERR_PANIC = -14,          /* internal bug; the handle can only be closed */
+    OPENIB_ERR_OTHER = -15           /* another transport error (see openib_last_error) */
+};
+
+/* The transport of this process. Opaque; from openib_open, released by openib_close. */
+typedef struct openib_t openib_t;
+
+/* A registered memory region allocated by the transport. Opaque; from openib_mem_alloc,
+ * released by openib_mem_free. */
+typedef struct openib_mem_t openib_mem_t;
+
+/* Where a peer finds a region: plain data, 24 bytes without padding, meant to be sent to the
+ * peer as bytes (with openib_send) between processes of the same architecture. */
+typedef struct openib_remote_t {
+    uint64_t addr;     /* virtual address of the region's first byte */
+    uint32_t rkey;     /* remote key */
+    uint32_t reserved; /* 0 */
+    uint64_t len;      /* length in bytes */
+} openib_remote_t;
+
+/* A finished send, put or get. */
+typedef struct openib_completion_t {
+    uint32_t peer;  /* the rank it went to */
+    uint64_t token; /* the token its call returned */
+    int status;     /* OPENIB_OK, or a negative openib_error (then openib_last_error() says why) */
+} openib_completion_t;
+
+/* Receive callback: a message of `len` bytes with `tag` from rank `src`. `data` is valid only
+ * during the call (copy what you keep; do not read it when len is 0). Runs with the handle's
+ * lock held: see "Threads" above. Messages from one peer arrive in the order they were sent. */
+typedef void (*openib_recv_cb)(void *ctx, uint32_t src, uint8_t tag, const void *data,
+                               size_t len);
+
+/* --- lifetime ----------------------------------------------------------------------------- */
+
+/* Opens the transport of this process. The runtime comes from the environment, as for
+ * `openib bench`: under `openib run` the embedded runtime, under mpirun/srun PMIx, otherwise a
+ * singleton (OPENIB_RUNTIME forces one). Settings come from the environment
+ * (OPENIB_EAGER_LIMIT, OPENIB_RECV_DEPTH, OPENIB_CPC_INCLUDE, ...; logs: OPENIB_LOG, e.g.
+ * "debug"), not from a settings file. Wire-up is collective: every rank calls openib_open.
+ * Connections are made on first use (or by openib_connect_all).
+ * On success *out is the handle; on failure *out is NULL and the code says why, e.g.
+ * OPENIB_ERR_NO_DEVICE on a machine without RDMA (openib_last_error() names the reason and how
+ * to create a SoftRoCE device). */
+int openib_open(openib_t **out);
+
+/* Closes the handle: drops queued operations and connections and frees the handle. Regions
+ * still allocated stay valid until openib_mem_free. NULL is a no-op (OPENIB_OK). Not from a
+ * receive callback of the same handle; no other thread may use the handle during or after. */
+int openib_close(openib_t *t);
+
+/* This process's rank (0..size-1), or a negative error. */
+int openib_rank(const openib_t *t);
+
+/* The number of ranks in the job, or a negative error. */
+int openib_size(const openib_t *t);
+
+/* The largest message openib_send sends eagerly (bytes), or a negative error. */
+int openib_eager_limit(const openib_t *t);
+
+/* --- messages ----------------------------------------------------------------------------- */
+
+/* Sets (or replaces) the callback for messages with `tag` (1..255; 0 is the transport's own:
+ * OPENIB_ERR_INVALID). `cb` must not be NULL; it is called with `ctx` from whichever thread
+ * calls openib_progress. Messages of a tag without a callback are dropped (with a warning). */
+int openib_set_handler(openib_t *t, uint8_t tag, openib_recv_cb cb, void *ctx);
+
+/* Sends `len` bytes from `buf` (NULL allowed when len is 0) with `tag` to rank `peer`,
+ * connecting on first use. The data is copied before the call returns: `buf` may be reused at
+ * once. Messages above openib_eager_limit() give OPENIB_ERR_TOO_LARGE (use put/get). The send
+ * completes later, as a completion with the token written to *token_out (optional). */
+int openib_send(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len,
+                uint64_t *token_out);
+
+/* --- registered memory and RDMA ------------------------------------------------------------ */
+
+/* Allocates `len` (> 0) zeroed, 8-byte aligned bytes registered for local and remote access
+ * (remote read, write and atomics) and writes the region to *out (NULL on failure). The
+ * region belongs to `t`: use it only with `t`. */
+int openib_mem_alloc(openib_t *t, size_t len, openib_mem_t **out);
+
+/* The region's memory, openib_mem_len(mem) bytes, which the caller reads and writes directly.
+ * Peers' puts and gets access it too: read it only after a completion or a message says a
+ * put into it is done. NULL for a NULL region. */
+void *openib_mem_ptr(const openib_mem_t *mem);
+
+/* The region's length in bytes (0 for a NULL region). */
+size_t openib_mem_len(const openib_mem_t *mem);
+
+/* Writes the region's remote handle to *out, for a peer's openib_put/openib_get. */
+int openib_mem_remote(const openib_mem_t *mem, openib_remote_t *out);
+
+/* Frees a region (deregisters it, then frees its memory). An operation still in flight keeps
+ * the registration alive until it completes, but its data is then unspecified. NULL is a
+ * no-op (OPENIB_OK). */
+int openib_mem_free(openib_mem_t *mem);
+
+/* RDMA write of mem[offset, offset+len) to the peer's region `remote` at `roffset`. Checked:
+ * both ranges must lie inside their regions (OPENIB_ERR_RANGE). `mem` must stay allocated and
+ * unchanged until the completion with *token_out (optional): then the data is in place at the
+ * peer, and a message sent after that completion arrives after the data. */
+int openib_put(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
+               const openib_remote_t *remote, uint64_t roffset, size_t len, uint64_t *token_out);
+
+/* RDMA read of the peer's region `remote` at `roffset` into mem[offset, offset+len). The data is
+ * in `mem` when the completion with *token_out (optional) is reported. */
+int openib_get(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
+               const openib_remote_t *remote, uint64_t roffset, size_t len, uint64_t *token_out);
+
+/* --- progress and completions ------------------------------------------------------------- */
+
+/* Makes progress: connections, work completions, receive callbacks (run here), queued sends and
+ * credit returns. Returns the number of work completions handled (>= 0), or a negative error.
+ * Call it often: nothing moves without it. */
+int openib_progress(openib_t *t);
+
+/* Takes the oldest completion of a send, put or get: returns 1 and fills *out, 0 when there is
+ * none, or a negative error. */
+int openib_poll_completion(openib_t *t, openib_completion_t *out);
+
+/* Progresses until nothing is queued or in flight on any live connection, or `timeout_ms`
+ * passed (OPENIB_ERR_TIMEOUT). Holds the handle's lock meanwhile. Completions stay available
+ * to openib_poll_completion. */
+int openib_flush(openib_t *t, uint32_t timeout_ms);
+
+/* Connects to every reachable peer now instead of on first use (wire-up timing, benchmarks);
+ * OPENIB_ERR_TIMEOUT after `timeout_ms`. Collective in practice: peers must progress too. */
+int openib_connect_all(openib_t *t, uint32_t timeout_ms);
+
+/* --- errors ------------------------------------------------------------------------------- */
+
+/* The message of the last failed call on this thread, naming the function and the reason
+ * ("" if none failed yet). Never NULL; valid until the next failing call on this thread. */
+const char *openib_last_error(void);
+
+/* A static description of an error code ("unknown error code" for other values). */
+const char *openib_strerror(int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* OPENIB_H */

@@ -3,15 +3,20 @@
 //! be reproduced. Points: `before-put`, `after-put` (after the commit, before the fence),
 //! `in-connect` (after starting its connections, before they finish).
 
-/// Dies here (SIGKILL) if `OPENIB_FAULT` names `point` for `rank`.
+/// Dies here (SIGKILL) if `OPENIB_FAULT` names `point` for `rank`. A malformed `OPENIB_FAULT`
+/// injects nothing and says so on stderr (once).
 pub fn point(point: &str, rank: u32) {
-    let Ok(spec) = std::env::var("OPENIB_FAULT") else {
-        return;
+    let spec = match crate::config::pairs("OPENIB_FAULT") {
+        Ok(spec) => spec,
+        Err(e) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| eprintln!("openib: {e}; no fault is injected"));
+            return;
+        }
     };
     let hit = spec
-        .split(',')
-        .filter_map(|e| e.trim().split_once(':'))
-        .any(|(p, r)| p == point && r.trim().parse() == Ok(rank));
+        .iter()
+        .any(|&(p, r)| p == point && r == u64::from(rank));
     if hit {
         eprintln!("openib: OPENIB_FAULT: rank {rank} dies at {point}");
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);

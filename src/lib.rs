@@ -9,6 +9,7 @@ pub use openib_cpc as cpc;
 pub use openib_ports as ports;
 
 pub mod cli;
+pub mod config;
 pub mod fault;
 pub mod modex;
 pub mod ping;

@@ -36,6 +36,12 @@ enum Cmd {
     Ping(cli::ping::PingArgs),
     /// Latency and bandwidth between ranks 0 and 1 over the transport (run under 2 ranks).
     Bench(cli::bench::BenchArgs),
+    /// Burn-in of the transport: random-size messages from several threads, puts, gets and
+    /// atomics between every pair of ranks, every byte checked (run under 2 or more ranks).
+    Stress(cli::stress::StressArgs),
+    /// Every setting: its value in effect, where it comes from (environment, settings file or
+    /// default), its default and what it does; flags malformed values.
+    Config(cli::config::ConfigArgs),
     /// Deterministic simulations of the runtime's algorithms (the resilient fence).
     Sim {
         #[command(subcommand)]
@@ -51,16 +57,9 @@ enum Cmd {
 fn main() {
     // A settings file fills in what the environment leaves unset (docs/CLI.md, "Settings"),
     // before clap reads its environment-backed flags.
-    match openib::settings::file_defaults() {
-        Ok(defaults) => {
-            for (k, v) in defaults {
-                std::env::set_var(k, v);
-            }
-        }
-        Err(e) => {
-            eprintln!("openib: settings file: {e}");
-            std::process::exit(cli::exit::USAGE);
-        }
+    if let Err(e) = openib::settings::apply_file_defaults() {
+        eprintln!("openib: settings file: {e}");
+        std::process::exit(cli::exit::USAGE);
     }
     let args = Cli::parse();
     init_logging(args.verbose);
@@ -73,6 +72,8 @@ fn main() {
         Cmd::Modex { cmd } => cli::modex::run(cmd),
         Cmd::Ping(a) => cli::ping::run(&a),
         Cmd::Bench(a) => cli::bench::run(&a),
+        Cmd::Stress(a) => cli::stress::run(&a),
+        Cmd::Config(a) => cli::config::run(&a),
         Cmd::Sim { cmd } => cli::sim::run(cmd),
     };
     std::process::exit(code);
@@ -86,10 +87,14 @@ fn init_logging(verbose: u8) {
         2 => "debug",
         _ => "trace",
     };
-    let filter = std::env::var("OPENIB_LOG")
-        .ok()
-        .and_then(|s| EnvFilter::try_new(s).ok())
-        .unwrap_or_else(|| EnvFilter::new(default));
+    let filter = match openib::config::string("OPENIB_LOG") {
+        Ok(Some(s)) => EnvFilter::try_new(s).unwrap_or_else(|_| EnvFilter::new(default)),
+        Ok(None) => EnvFilter::new(default),
+        Err(e) => {
+            eprintln!("openib: {e}; logging at {default}");
+            EnvFilter::new(default)
+        }
+    };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

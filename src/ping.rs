@@ -165,7 +165,7 @@ impl Wireup {
             &ctx,
             port.raw.port,
             source_gid_index(port, cfg.derive.gid_index),
-            1024,
+            crate::transport::CQ_DEPTH as i32,
             caps,
         )?;
         let ip = crate::modex::build::port_ip(port, &topo, cfg.derive.gid_index);

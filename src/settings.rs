@@ -4,7 +4,13 @@
 //! else `/etc/openib/openib.conf`. The environment always wins over a file; a file only fills
 //! in what the environment leaves unset. `#` starts a comment.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
+use std::sync::Mutex;
+
+/// The settings [`apply_file_defaults`] put into the environment, with their values: what
+/// `crate::config::source` reports as coming from the file.
+static FILLED: Mutex<BTreeMap<String, String>> = Mutex::new(BTreeMap::new());
 
 /// A setting file's line that could not be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,6 +84,47 @@ pub fn file_defaults() -> Result<Vec<(String, String)>, SettingsError> {
         .into_iter()
         .filter(|(k, _)| std::env::var_os(k).is_none())
         .collect())
+}
+
+/// Puts the settings of the file in effect that the environment does not already set into
+/// the environment (what `main` does before anything reads a setting), and records which keys
+/// it filled ([`filled_from_file`]).
+pub fn apply_file_defaults() -> Result<(), SettingsError> {
+    let defaults = file_defaults()?;
+    let mut filled = FILLED.lock().unwrap_or_else(|e| e.into_inner());
+    for (k, v) in defaults {
+        std::env::set_var(&k, &v);
+        filled.insert(k, v);
+    }
+    Ok(())
+}
+
+/// The value the settings file filled in for `key` (an `OPENIB_` name), if it did.
+pub fn filled_from_file(key: &str) -> Option<String> {
+    FILLED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(key)
+        .cloned()
+}
+
+/// Every key the settings file filled in, sorted.
+pub fn filled_keys() -> Vec<String> {
+    FILLED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .keys()
+        .cloned()
+        .collect()
+}
+
+/// Records `key` as filled from the settings file with `value` (for unit tests).
+#[cfg(test)]
+pub(crate) fn record_filled(key: &str, value: &str) {
+    FILLED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(key.to_string(), value.to_string());
 }
 
 #[cfg(test)]

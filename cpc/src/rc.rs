@@ -5,6 +5,7 @@ use openib_sys::{
     Access, CompletionQueue, Context, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair,
     RcParams, RemoteAddress, SharedReceiveQueue,
 };
+use std::sync::{Arc, OnceLock};
 
 /// The local side of connections on one port: device objects shared by every QP of the port.
 #[derive(Clone)]
@@ -23,7 +24,14 @@ pub struct LocalPort {
     pub caps: QpCaps,
     /// Timeouts and retries of the connected QPs.
     pub params: RcParams,
+    /// Called with every new RC queue pair once it is in INIT, before it can receive (RTR):
+    /// the transport posts its receive buffers there, so the peer's first message never meets
+    /// an empty receive queue (no receiver-not-ready NAK at start-up). Shared by every clone.
+    pub prepare: Arc<OnceLock<PrepareHook>>,
 }
+
+/// See [`LocalPort::prepare`].
+pub type PrepareHook = Arc<dyn Fn(&QueuePair) -> Result<(), openib_sys::Error> + Send + Sync>;
 
 impl LocalPort {
     /// Opens `port` of `ctx` with new PD and CQs (`cqe` entries each), GID index `sgid_index`.
@@ -65,6 +73,7 @@ impl LocalPort {
                 path_mtu: attr.active_mtu,
                 ..Default::default()
             },
+            prepare: Arc::new(OnceLock::new()),
         })
     }
 
@@ -97,6 +106,7 @@ impl LocalPort {
             },
         )?;
         qp.to_init(self.port, 0, Access::ALL)?;
+        self.prepare_qp(&qp)?;
         let qp_num = qp.qp_num();
         Ok((
             qp,
@@ -108,6 +118,14 @@ impl LocalPort {
                 mtu: self.mtu,
             },
         ))
+    }
+
+    /// Runs the [`LocalPort::prepare`] hook, if set, on a queue pair in INIT.
+    pub fn prepare_qp(&self, qp: &QueuePair) -> Result<(), openib_sys::Error> {
+        match self.prepare.get() {
+            Some(hook) => hook(qp),
+            None => Ok(()),
+        }
     }
 
     /// RTR then RTS toward `remote`; the path MTU is the smaller of the two ports' MTUs.

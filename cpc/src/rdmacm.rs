@@ -240,6 +240,10 @@ impl RdmacmService {
             CmEventKind::RouteResolved => {
                 let qp = self.port.create_qp_reset()?;
                 a.id.transition(&qp, &[v::IBV_QPS_INIT])?;
+                // rdmacm grants remote read and atomics in INIT only when it already knows
+                // responder resources, which the active side sets later, in rdma_connect.
+                qp.set_access(openib_sys::Access::ALL)?;
+                self.port.prepare_qp(&qp)?;
                 a.id.connect(qp.qp_num(), &private(self.me, a.peer, a.pair))?;
                 a.qp = Some(qp);
                 Ok(Some(a))
@@ -297,7 +301,10 @@ impl RdmacmService {
         self.awaiting.remove(&(from, pair));
         let r = (|| {
             let qp = self.port.create_qp_reset()?;
-            id.transition(&qp, &[v::IBV_QPS_INIT, v::IBV_QPS_RTR, v::IBV_QPS_RTS])?;
+            id.transition(&qp, &[v::IBV_QPS_INIT])?;
+            qp.set_access(openib_sys::Access::ALL)?;
+            self.port.prepare_qp(&qp)?;
+            id.transition(&qp, &[v::IBV_QPS_RTR, v::IBV_QPS_RTS])?;
             id.accept(qp.qp_num(), &private(self.me, from, pair))?;
             Ok::<QueuePair, openib_sys::Error>(qp)
         })();

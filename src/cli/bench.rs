@@ -1,14 +1,14 @@
 //! `openib bench`: ping-pong latency and streaming bandwidth between ranks 0 and 1 over the
-//! transport. Up to the eager limit messages are eager sends; above it, RDMA writes into the
-//! peer's registered buffer followed by a small notification (the order RC guarantees makes
-//! the data visible before the notification arrives).
+//! transport's `send` (eager up to the eager limit, rendezvous above it), and above the eager
+//! limit also the one-sided bandwidth of a stream of puts (RDMA writes). Every checked payload
+//! is compared with the pattern its sender wrote.
 
 use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
 use crate::transport::{RemoteRegion, Transport, TransportConfig};
 use serde_json::json;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,6 +39,9 @@ const TAG_NOTE: u8 = 3;
 struct Inbox {
     name: &'static str,
     count: AtomicU64,
+    /// Whether the handler keeps a copy of the next payload (only the checked ones: copying
+    /// every message would be timed).
+    capture: AtomicBool,
     last: Mutex<Vec<u8>>,
 }
 
@@ -90,28 +93,32 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     }
     let timeout = Duration::from_secs(120);
     let wire_t0 = Instant::now();
-    let cfg = TransportConfig::new(PingConfig {
+    let cfg = TransportConfig::from_env(PingConfig {
         derive: openib_ports::DeriveConfig::default(),
         cpc,
         timeout: Duration::from_secs(60),
         mode: ExchangeMode::default(),
-    });
+    })
+    .map_err(|e| e.to_string())?;
     let mut t = Transport::open(rt, cfg).map_err(|e| e.to_string())?;
     let me = t.rank();
     let peer = 1 - me;
     let inbox = Arc::new(Inbox {
         name: "inbox",
         count: AtomicU64::new(0),
+        capture: AtomicBool::new(true),
         last: Mutex::new(Vec::new()),
     });
     let notes = Arc::new(Inbox {
         name: "notes",
         count: AtomicU64::new(0),
+        capture: AtomicBool::new(true),
         last: Mutex::new(Vec::new()),
     });
     let regions = Arc::new(Inbox {
         name: "regions",
         count: AtomicU64::new(0),
+        capture: AtomicBool::new(true),
         last: Mutex::new(Vec::new()),
     });
     for (tag, ib) in [
@@ -122,7 +129,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         t.on_tag(
             tag,
             Box::new(move |_, data| {
-                *ib.last.lock().expect("inbox") = data.to_vec();
+                if ib.capture.load(Ordering::Acquire) {
+                    *ib.last.lock().expect("inbox") = data.to_vec();
+                }
                 ib.count.fetch_add(1, Ordering::Release);
             }),
         )
@@ -156,30 +165,25 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         } else {
             a.iters
         } as u64;
-        // Latency: ping-pong.
+        // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
         let mut start = Instant::now();
         for i in 0..=iters {
             if i == 1 {
                 start = Instant::now(); // the first round trip warms up
             }
+            inbox.capture.store(i == 0, Ordering::Release);
             // Count what we expect rather than sampling the inbox: a message may already be
             // there (it can arrive while we still wait for something else).
-            let (recvs, expected) = if size <= eager {
-                (&inbox, &mut want_data)
-            } else {
-                (&notes, &mut want_notes)
-            };
-            *expected += 1;
-            let n = *expected;
+            want_data += 1;
             if me == 0 {
-                send_one(&mut t, peer, size, eager, &msg, &local, remote)?;
-                wait_for(&mut t, recvs, n, timeout)?;
+                t.send(peer, TAG_DATA, &msg).map_err(|e| e.to_string())?;
+                wait_for(&mut t, &inbox, want_data, timeout)?;
             } else {
-                wait_for(&mut t, recvs, n, timeout)?;
-                send_one(&mut t, peer, size, eager, &msg, &local, remote)?;
+                wait_for(&mut t, &inbox, want_data, timeout)?;
+                t.send(peer, TAG_DATA, &msg).map_err(|e| e.to_string())?;
             }
-            if i == 0 && size <= eager {
+            if i == 0 {
                 let got = inbox.last.lock().expect("inbox").clone();
                 if got != pattern(size, peer as u8) {
                     return Err(format!("size {size}: the payload arrived corrupted"));
@@ -187,52 +191,57 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             }
         }
         let latency_us = start.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
-        if size > eager && landing.as_slice()[..size] != pattern(max.max(8), peer as u8)[..size] {
-            return Err(format!(
-                "size {size}: the RDMA-written data arrived corrupted"
-            ));
-        }
-        // Bandwidth: rank 0 streams, rank 1 acknowledges the last one.
-        let (recvs, acks) = if size <= eager {
-            (&inbox, &notes)
-        } else {
-            (&notes, &notes)
-        };
+        inbox.capture.store(false, Ordering::Release);
+        // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
         let t0 = Instant::now();
         if me == 0 {
-            let _ = recvs;
             want_notes += 1;
-            let ack = want_notes;
             for _ in 0..iters {
-                if size <= eager {
-                    t.send(peer, TAG_DATA, &msg).map_err(|e| e.to_string())?;
-                } else {
-                    t.put(peer, &local, 0, remote, 0, size)
-                        .map_err(|e| e.to_string())?;
-                }
+                t.send(peer, TAG_DATA, &msg).map_err(|e| e.to_string())?;
                 t.progress().map_err(|e| e.to_string())?;
             }
-            if size > eager {
-                t.flush(timeout).map_err(|e| e.to_string())?;
-                t.send(peer, TAG_NOTE, &[1]).map_err(|e| e.to_string())?;
-            }
-            wait_for(&mut t, acks, ack, timeout)?;
+            wait_for(&mut t, &notes, want_notes, timeout)?;
         } else {
-            let _ = acks;
-            let n = if size <= eager {
-                want_data += iters;
-                want_data
-            } else {
-                want_notes += 1;
-                want_notes
-            };
-            wait_for(&mut t, recvs, n, timeout)?;
+            want_data += iters;
+            wait_for(&mut t, &inbox, want_data, timeout)?;
             t.send(peer, TAG_NOTE, &[2]).map_err(|e| e.to_string())?;
         }
         let secs = t0.elapsed().as_secs_f64();
         let bandwidth = (size as f64 * iters as f64) / secs / 1e6;
         t.flush(timeout).map_err(|e| e.to_string())?;
-        results.push(json!({"size": size, "latency_us": latency_us, "bandwidth_mb_s": bandwidth, "iterations": iters, "path": if size <= eager { "eager" } else { "rdma-write" }}));
+        // One-sided bandwidth: a stream of RDMA writes, then a note once they completed.
+        let put_bandwidth = if size > eager {
+            let t0 = Instant::now();
+            want_notes += 1;
+            if me == 0 {
+                for _ in 0..iters {
+                    t.put(peer, &local, 0, remote, 0, size)
+                        .map_err(|e| e.to_string())?;
+                    t.progress().map_err(|e| e.to_string())?;
+                }
+                t.flush(timeout).map_err(|e| e.to_string())?;
+                t.send(peer, TAG_NOTE, &[1]).map_err(|e| e.to_string())?;
+                wait_for(&mut t, &notes, want_notes, timeout)?;
+            } else {
+                wait_for(&mut t, &notes, want_notes, timeout)?;
+                if landing.as_slice()[..size] != pattern(max.max(8), peer as u8)[..size] {
+                    return Err(format!(
+                        "size {size}: the RDMA-written data arrived corrupted"
+                    ));
+                }
+                t.send(peer, TAG_NOTE, &[2]).map_err(|e| e.to_string())?;
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            t.flush(timeout).map_err(|e| e.to_string())?;
+            Some((size as f64 * iters as f64) / secs / 1e6)
+        } else {
+            None
+        };
+        results.push(
+            json!({"size": size, "latency_us": latency_us, "bandwidth_mb_s": bandwidth,
+            "put_bandwidth_mb_s": put_bandwidth, "iterations": iters,
+            "path": if size <= eager { "eager" } else { "rendezvous" }}),
+        );
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
     if me == 0 {
@@ -265,23 +274,4 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         }
     }
     Ok(exit::OK)
-}
-
-fn send_one(
-    t: &mut Transport,
-    peer: u32,
-    size: usize,
-    eager: usize,
-    msg: &[u8],
-    local: &Arc<openib_sys::MemoryRegion>,
-    remote: RemoteRegion,
-) -> Result<(), String> {
-    if size <= eager {
-        t.send(peer, TAG_DATA, msg).map_err(|e| e.to_string())?;
-    } else {
-        t.put(peer, local, 0, remote, 0, size)
-            .map_err(|e| e.to_string())?;
-        t.send(peer, TAG_NOTE, &[0]).map_err(|e| e.to_string())?;
-    }
-    Ok(())
 }

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 pub struct ExchangeArgs {
     #[command(flatten)]
     pub source: PortSource,
-    /// gathered (default), per-process or on-demand.
-    #[arg(long, env = "OPENIB_MODEX_MODE", default_value = "gathered")]
-    pub mode: String,
+    /// gathered, per-process or on-demand [setting: OPENIB_MODEX_MODE, default gathered].
+    #[arg(long)]
+    pub mode: Option<String>,
     /// Seconds a fence or get may take.
     #[arg(long, default_value_t = 60.0)]
     pub timeout: f64,
@@ -41,7 +41,13 @@ pub fn synthetic_parts(
 }
 
 pub fn run(a: &ExchangeArgs) -> i32 {
-    let mode: ExchangeMode = match a.mode.parse() {
+    let mode = match &a.mode {
+        Some(m) => m.parse::<ExchangeMode>(),
+        None => crate::config::choice("OPENIB_MODEX_MODE")
+            .map_err(|e| e.to_string())
+            .and_then(|m| m.unwrap_or("gathered").parse()),
+    };
+    let mode = match mode {
         Ok(m) => m,
         Err(e) => {
             eprintln!("openib modex exchange: {e}");
@@ -78,7 +84,7 @@ pub fn run(a: &ExchangeArgs) -> i32 {
     let node = match build_node(
         &unfiltered,
         &loaded.topology,
-        a.source.gid_index,
+        all.gid_index,
         &host,
         &cpc_cfg,
     ) {

@@ -2,6 +2,7 @@
 
 pub mod bench;
 pub mod check;
+pub mod config;
 pub mod events;
 pub mod exchange;
 pub mod modex;
@@ -10,6 +11,7 @@ pub mod ports;
 pub mod run;
 pub mod selftest;
 pub mod sim;
+pub mod stress;
 
 /// Exit codes shared by every subcommand (documented in README.md and docs/CLI.md).
 pub mod exit {

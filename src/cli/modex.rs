@@ -215,8 +215,11 @@ struct Local {
 fn load(src: &PortSource) -> Result<Local, Failure> {
     let cfg = src
         .derive_config()
-        .map_err(|e| Failure::new(exit::USAGE, "bad_filter", e.to_string()))?;
-    let (topo, source): (Topology, String) = match &src.fixture {
+        .map_err(|e| Failure::new(e.exit_code(), e.kind(), e.to_string()))?;
+    let fixture = src
+        .fixture()
+        .map_err(|e| Failure::new(exit::USAGE, "bad_setting", e.to_string()))?;
+    let (topo, source): (Topology, String) = match &fixture {
         Some(p) => (
             Topology::from_fixture_file(p)
                 .map_err(|e| Failure::new(exit::ERROR, "bad_fixture", e.to_string()))?,
@@ -251,7 +254,7 @@ fn load(src: &PortSource) -> Result<Local, Failure> {
     all_cfg.filter = Filter::All;
     let unfiltered = derive(&topo, &all_cfg);
     let filtered = derive(&topo, &cfg);
-    let host = if src.fixture.is_some() {
+    let host = if fixture.is_some() {
         openib_cpc::HostFacts {
             rdmacm: Ok(()),
             ucm: false,

@@ -19,9 +19,9 @@ pub struct PingArgs {
     /// Use every port but these.
     #[arg(long, env = "OPENIB_IF_EXCLUDE")]
     pub exclude: Option<String>,
-    /// GID index for InfiniBand subnet ids.
-    #[arg(long, default_value_t = 0, env = "OPENIB_GID_INDEX")]
-    pub gid_index: u32,
+    /// GID index for InfiniBand subnet ids [setting: OPENIB_GID_INDEX, default 0].
+    #[arg(long)]
+    pub gid_index: Option<u32>,
     /// Seconds the exchange, the connections and the messages may each take.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
@@ -47,6 +47,16 @@ pub fn run(a: &PingArgs) -> i32 {
             return exit::USAGE;
         }
     };
+    let gid_index = match a
+        .gid_index
+        .map_or_else(|| crate::config::u32("OPENIB_GID_INDEX"), Ok)
+    {
+        Ok(n) => n,
+        Err(e) => {
+            eprintln!("openib ping: {e}");
+            return exit::USAGE;
+        }
+    };
     let rt = match crate::runtime::connect() {
         Ok(rt) => rt,
         Err(e) => {
@@ -57,7 +67,7 @@ pub fn run(a: &PingArgs) -> i32 {
     let rank = rt.info().rank;
     let cfg = PingConfig {
         derive: openib_ports::DeriveConfig {
-            gid_index: a.gid_index,
+            gid_index,
             apm_over_ports: false,
             filter,
         },

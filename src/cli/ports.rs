@@ -9,8 +9,9 @@ use std::path::PathBuf;
 /// Where ports come from and how they are derived: shared by every subcommand that needs ports.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct PortSource {
-    /// Read this topology file (docs/FIXTURES.md) instead of the hardware.
-    #[arg(long, value_name = "FILE", env = "OPENIB_FIXTURE")]
+    /// Read this topology file (docs/FIXTURES.md) instead of the hardware [setting:
+    /// OPENIB_FIXTURE].
+    #[arg(long, value_name = "FILE")]
     pub fixture: Option<PathBuf>,
     /// Use only these devices or ports (comma-separated DEVICE or DEVICE:PORT).
     #[arg(long, value_name = "LIST", env = "OPENIB_IF_INCLUDE")]
@@ -18,11 +19,13 @@ pub struct PortSource {
     /// Use every port but these (comma-separated DEVICE or DEVICE:PORT).
     #[arg(long, value_name = "LIST", env = "OPENIB_IF_EXCLUDE")]
     pub exclude: Option<String>,
-    /// GID index whose prefix is the InfiniBand subnet id.
-    #[arg(long, value_name = "N", default_value_t = 0, env = "OPENIB_GID_INDEX")]
-    pub gid_index: u32,
-    /// Use another active port of the same device as the APM alternate path when lmc is 0.
-    #[arg(long, env = "OPENIB_APM_OVER_PORTS")]
+    /// GID index whose prefix is the InfiniBand subnet id [setting: OPENIB_GID_INDEX, default
+    /// 0].
+    #[arg(long, value_name = "N")]
+    pub gid_index: Option<u32>,
+    /// Use another active port of the same device as the APM alternate path when lmc is 0
+    /// [setting: OPENIB_APM_OVER_PORTS].
+    #[arg(long)]
     pub apm_over_ports: bool,
 }
 
@@ -46,6 +49,8 @@ pub enum LoadError {
     Filter(#[from] openib_ports::FilterError),
     #[error(transparent)]
     Fixture(#[from] openib_ports::FixtureError),
+    #[error(transparent)]
+    Setting(#[from] crate::config::ConfigError),
     #[error("{0}")]
     NoVerbs(String),
     #[error("{0}")]
@@ -55,15 +60,17 @@ pub enum LoadError {
 impl LoadError {
     pub fn exit_code(&self) -> i32 {
         match self {
-            LoadError::Filter(_) => exit::USAGE,
+            LoadError::Filter(_) | LoadError::Setting(_) => exit::USAGE,
             LoadError::Fixture(_) => exit::ERROR,
             LoadError::DeviceList(_) => exit::NO_DEVICE,
             LoadError::NoVerbs(_) => exit::NO_VERBS,
         }
     }
-    fn kind(&self) -> &'static str {
+    /// The `error.kind` of the JSON document.
+    pub fn kind(&self) -> &'static str {
         match self {
             LoadError::Filter(_) => "bad_filter",
+            LoadError::Setting(_) => "bad_setting",
             LoadError::Fixture(_) => "bad_fixture",
             LoadError::NoVerbs(_) => "no_libibverbs",
             LoadError::DeviceList(_) => "no_device",
@@ -89,10 +96,26 @@ SoftRoCE device on an Ethernet interface: `modprobe rdma_rxe && rdma link add rx
 (tests/softroce/guest runs one in a qemu guest); `ibv_devices` lists what libibverbs sees";
 
 impl PortSource {
+    /// `--fixture`, else `OPENIB_FIXTURE`; `None`: the hardware.
+    pub fn fixture(&self) -> Result<Option<PathBuf>, crate::config::ConfigError> {
+        match &self.fixture {
+            Some(p) => Ok(Some(p.clone())),
+            None => crate::config::path("OPENIB_FIXTURE"),
+        }
+    }
+
+    /// `--gid-index`, else `OPENIB_GID_INDEX`.
+    pub fn gid_index(&self) -> Result<u32, crate::config::ConfigError> {
+        match self.gid_index {
+            Some(n) => Ok(n),
+            None => crate::config::u32("OPENIB_GID_INDEX"),
+        }
+    }
+
     pub fn derive_config(&self) -> Result<DeriveConfig, LoadError> {
         Ok(DeriveConfig {
-            gid_index: self.gid_index,
-            apm_over_ports: self.apm_over_ports,
+            gid_index: self.gid_index()?,
+            apm_over_ports: self.apm_over_ports || crate::config::bool("OPENIB_APM_OVER_PORTS")?,
             filter: Filter::from_lists(self.include.as_deref(), self.exclude.as_deref())?,
         })
     }
@@ -100,7 +123,7 @@ impl PortSource {
     /// Reads the fixture or the hardware, and derives every port.
     pub fn load(&self) -> Result<Loaded, LoadError> {
         let cfg = self.derive_config()?;
-        let (topo, source, problems) = match &self.fixture {
+        let (topo, source, problems) = match &self.fixture()? {
             Some(path) => (
                 Topology::from_fixture_file(path)?,
                 format!("fixture:{}", path.display()),

@@ -110,10 +110,11 @@ pub trait Runtime: Send + Sync {
 /// 3. `PMIX_NAMESPACE` (or `PMIX_RANK`) set: PMIx (mpirun, srun --mpi=pmix);
 /// 4. otherwise a singleton.
 pub fn connect() -> Result<Box<dyn Runtime>> {
-    let forced = std::env::var("OPENIB_RUNTIME")
-        .ok()
-        .filter(|s| !s.is_empty());
-    let which = match forced.as_deref() {
+    let forced = crate::config::choice("OPENIB_RUNTIME").map_err(|e| RuntimeError::Backend {
+        backend: "selection",
+        what: e.to_string(),
+    })?;
+    let which = match forced {
         Some(w) => w.to_string(),
         None if std::env::var_os(embedded::SOCKET_ENV).is_some() => "embedded".into(),
         None if std::env::var_os("PMIX_NAMESPACE").is_some()

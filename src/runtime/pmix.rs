@@ -45,7 +45,8 @@ pub struct PmixOptions {
     pub name_missing: bool,
 }
 
-/// Environment variable: `0`, `off`, `no` or `false` turns the fence arrival marks off.
+/// Setting (a bool, src/config.rs): `0`, `off`, `no` or `false` turns the fence arrival marks
+/// off; `1`, `on`, `yes`, `true` or unset leaves them on; anything else is an error.
 pub const MARKS_ENV: &str = "OPENIB_PMIX_FENCE_MARKS";
 
 impl Default for PmixOptions {
@@ -55,15 +56,11 @@ impl Default for PmixOptions {
 }
 
 impl PmixOptions {
-    /// The defaults, with [`MARKS_ENV`] applied.
-    pub fn from_env() -> Self {
-        let off = std::env::var(MARKS_ENV).is_ok_and(|v| {
-            matches!(
-                v.trim().to_ascii_lowercase().as_str(),
-                "0" | "off" | "no" | "false"
-            )
-        });
-        PmixOptions { name_missing: !off }
+    /// The defaults, with [`MARKS_ENV`] applied; a malformed value is an error naming it.
+    pub fn from_env() -> std::result::Result<Self, crate::config::ConfigError> {
+        Ok(PmixOptions {
+            name_missing: crate::config::bool(MARKS_ENV)?,
+        })
     }
 }
 
@@ -97,7 +94,11 @@ fn backend_err(e: pmix::Error) -> RuntimeError {
 impl PmixRuntime {
     /// `PMIx_Init` and the job-level queries, with [`PmixOptions::from_env`].
     pub fn init() -> Result<PmixRuntime> {
-        Self::with_options(PmixOptions::from_env())
+        let options = PmixOptions::from_env().map_err(|e| RuntimeError::Backend {
+            backend: BACKEND,
+            what: e.to_string(),
+        })?;
+        Self::with_options(options)
     }
 
     pub fn with_options(options: PmixOptions) -> Result<PmixRuntime> {

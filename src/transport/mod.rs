@@ -1,76 +1,116 @@
-//! The transport: endpoints per peer, lazy connection on first use, eager sends with tags and
-//! receive callbacks, RDMA put/get on registered memory, credit-based flow control, explicit
-//! progress. Shaped like Open MPI's BTL 3.1: one module (here: one port) per process, tags with
-//! callbacks, registration handles, put/get, progress.
+//! The transport: endpoints per peer, lazy connection on first use, eager and rendezvous sends
+//! with tags and receive callbacks, RDMA put/get and 64-bit atomics on registered memory,
+//! credit-based flow control, explicit progress. Shaped like Open MPI's BTL 3.1: one module
+//! (here: one port) per process, tags with callbacks, registration handles, put/get, atomics,
+//! progress, flush, del_procs, finalize.
 //!
-//! Flow control: each endpoint posts `recv_depth` receive buffers. A sender holds one credit per
-//! free buffer of the receiver (`recv_depth - CTL_RESERVE` for data); every message carries the
-//! credits its sender returns (buffers it reposted) and the control credits it returns. When
-//! credits pile up and no data goes the other way, a credit-only control message returns them,
-//! using one of `CTL_RESERVE` reserved buffers (control credits come back in every header), so a
-//! sender never overruns the receiver's posted buffers and receiver-not-ready never happens.
+//! # Protocols
+//! - Eager (payload <= eager limit): copied into a registered bounce slot, one RC send; the
+//!   receiver's callback sees the receive buffer itself (no copy) when the message is in order.
+//! - Rendezvous (larger): the payload is copied into a buffer of the registration cache (or
+//!   taken as is from a registered region with [`Transport::send_region`]); an `RTS` names it;
+//!   the receiver takes a cache buffer, RDMA-reads the data in fragments of at most
+//!   `OPENIB_RNDV_FRAGMENT` bytes, runs the callback, and answers `FIN`, which releases the
+//!   source. Wire format: [`wire`].
 //!
-//! Ordering: messages to one peer are delivered in the order `send` was called (one RC queue
-//! pair per peer; queued sends drain in order). Puts and gets are unordered with sends.
+//! # Flow control
+//! Each endpoint posts `recv_depth` receive buffers, [`CTL_RESERVE`] of them for credit-only
+//! messages; see [`flow::Credits`] for the contract: a sender never overruns the receiver's
+//! posted buffers, so receiver-not-ready never happens.
+//!
+//! # Ordering (per endpoint)
+//! - Messages (eager and rendezvous, any mix of sizes) sent to one peer are delivered to the
+//!   peer's callbacks in the order `send`/`send_region` was called.
+//! - Puts, gets and atomics to one peer are started in the order they were called, after every
+//!   earlier message to that peer was started; a put is complete at the target when its
+//!   completion is reported, and a message sent after that completion arrives after the data.
+//!   Without waiting for the completion, RC still places a put's data before a message posted
+//!   after it on the same endpoint, but gets and atomics are unordered with later messages.
+//! - Nothing is ordered between different peers.
+//!
+//! # Threads
+//! [`Transport`] is `Send` and needs `&mut self`; [`SharedTransport`] wraps it in a mutex so
+//! several threads may send, put, get and progress at once.
+
+pub mod flow;
+pub mod regcache;
+mod shared;
+pub mod wire;
+
+pub use shared::SharedTransport;
 
 use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
+use flow::{fragments, Credits, Reorder};
 use openib_cpc::Connection;
 use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, SendRequest, WorkCompletion};
+use regcache::{CacheStats, RegCache};
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use wire::{Header, Kind, Rts, HDR, RTS_LEN};
 
-/// A message tag (1..=255; 0 is the transport's own control tag).
+/// A message tag (1..=255; 0 is the transport's own).
 pub type Tag = u8;
 
-/// Header of every eager message: tag, flags, returned credits, returned control credits, length.
-const HDR: usize = 8;
-const FLAG_CTL: u8 = 1;
 /// Send and receive queue depth of every RC queue pair (`recv_depth` is capped to it).
 pub const MAX_QUEUE: u32 = 256;
+/// Entries of the port's send and receive completion queues (shared by all endpoints).
+pub const CQ_DEPTH: u32 = 8192;
 /// Receive buffers of each endpoint kept for credit-only control messages.
 pub const CTL_RESERVE: u32 = 2;
+/// Send-queue entries kept free for credit returns and FINs.
+const SQ_RESERVE: usize = 4;
+/// How often `progress` polls the connection services and the failure detector when no
+/// connection is being made (incoming connection requests are answered within this).
+const SERVICE_POLL: Duration = Duration::from_millis(2);
 
 const KIND_RECV: u64 = 1;
-const KIND_SEND: u64 = 2;
-const KIND_RDMA: u64 = 3;
+const KIND_SQ: u64 = 2;
+/// Peer field of receives posted before the connection is known (resolved by QP number).
+const ANY_PEER: u32 = u32::MAX;
 
-fn wr(peer: u32, kind: u64, slot: usize) -> u64 {
-    (peer as u64) << 32 | kind << 24 | slot as u64
+fn wr(peer: u32, kind: u64, id: u32) -> u64 {
+    (peer as u64) << 32 | kind << 24 | (id & 0xff_ffff) as u64
 }
 
-fn unwr(id: u64) -> (u32, u64, usize) {
+fn unwr(id: u64) -> (u32, u64, u32) {
     (
         (id >> 32) as u32,
         (id >> 24) & 0xff,
-        (id & 0xff_ffff) as usize,
+        (id & 0xff_ffff) as u32,
     )
 }
 
-/// Transport settings (environment: `OPENIB_EAGER_LIMIT`, `OPENIB_RECV_DEPTH`).
+/// Transport settings; see `openib config` for their environment names and defaults.
 #[derive(Clone)]
 pub struct TransportConfig {
     pub wireup: PingConfig,
-    /// Largest eager payload in bytes (the header comes on top); at most 65,535.
+    /// Largest eager payload in bytes (the header comes on top); 64..=65,535.
     pub eager_limit: usize,
     /// Receive buffers posted per endpoint.
     pub recv_depth: u32,
+    /// Send bounce slots per endpoint.
+    pub send_depth: u32,
+    /// Largest single RDMA read of a rendezvous.
+    pub rndv_fragment: u64,
+    /// Bound on the bytes the registration cache keeps pinned.
+    pub pinned_max: u64,
 }
 
 impl TransportConfig {
-    pub fn new(wireup: PingConfig) -> TransportConfig {
-        let env = |k: &str, d: usize| {
-            std::env::var(k)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(d)
-        };
-        TransportConfig {
+    /// Settings from the environment (and the settings file, see `openib config`); a
+    /// malformed or out-of-range value is an error naming the setting.
+    pub fn from_env(wireup: PingConfig) -> Result<TransportConfig, TransportError> {
+        use crate::config;
+        Ok(TransportConfig {
             wireup,
-            eager_limit: env("OPENIB_EAGER_LIMIT", 8192).clamp(64, 65_535),
-            recv_depth: env("OPENIB_RECV_DEPTH", 64).clamp(8, MAX_QUEUE as usize) as u32,
-        }
+            eager_limit: config::usize("OPENIB_EAGER_LIMIT")?,
+            recv_depth: config::u32("OPENIB_RECV_DEPTH")?,
+            send_depth: config::u32("OPENIB_SEND_DEPTH")?,
+            rndv_fragment: config::u64("OPENIB_RNDV_FRAGMENT")?,
+            pinned_max: config::u64("OPENIB_PINNED_MAX")?,
+        })
     }
 }
 
@@ -84,18 +124,22 @@ pub enum TransportError {
     NoPath { peer: u32, why: String },
     #[error("the endpoint to rank {peer} failed: {why}")]
     EndpointFailed { peer: u32, why: String },
-    #[error(
-        "message of {len} bytes exceeds the eager limit of {limit} (use put/get for large data)"
-    )]
+    #[error("message of {len} bytes exceeds the limit of {limit}")]
     TooLarge { len: usize, limit: usize },
     #[error("tag 0 is reserved for the transport's control messages")]
     ReservedTag,
-    #[error("rank {peer} is out of range (job size {size})")]
+    #[error("rank {peer} is out of range (job size {size}) or removed")]
     BadPeer { peer: u32, size: u32 },
     #[error("{what} did not finish within {timeout:?}")]
     Timeout { what: String, timeout: Duration },
     #[error("range {offset}+{len} is outside the {size}-byte region")]
     Range { offset: u64, len: u64, size: u64 },
+    #[error("atomic target address {addr:#x} is not 8-byte aligned")]
+    Misaligned { addr: u64 },
+    #[error("immediate send not possible now ({why}); use send")]
+    Busy { why: &'static str },
+    #[error(transparent)]
+    Setting(#[from] crate::config::ConfigError),
 }
 
 /// A registered region's remote handle, to give a peer (through any message).
@@ -131,10 +175,12 @@ impl RemoteRegion {
     }
 }
 
-/// What finished, reported by [`Transport::progress`].
+/// What finished, reported by [`Transport::take_completions`] and [`Transport::flush`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
-    /// A send, put or get (by its token) completed.
+    /// A send, put, get or atomic (by its token) completed. For a send: the data left this
+    /// process (rendezvous: the peer has read it). For an atomic: the old value is in the local
+    /// region.
     Done { peer: u32, token: u64 },
     /// It failed, with the endpoint's error.
     Failed {
@@ -144,19 +190,65 @@ pub enum Completion {
     },
 }
 
+/// A 64-bit remote atomic.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AtomicOp {
+    FetchAdd { add: u64 },
+    CompareSwap { compare: u64, swap: u64 },
+}
+
+/// Where a rendezvous payload lives until the peer's FIN.
+enum Source {
+    /// A registration-cache buffer holding a copy.
+    Cached(MemoryRegion),
+    /// The user's registered region (zero copy).
+    User(Arc<MemoryRegion>, usize),
+}
+
+impl Source {
+    fn rts(&self, len: usize) -> Rts {
+        let (mr, off) = match self {
+            Source::Cached(m) => (m, 0),
+            Source::User(m, off) => (&**m, *off),
+        };
+        Rts {
+            addr: mr.addr() + off as u64,
+            rkey: mr.rkey(),
+            len: len as u64,
+        }
+    }
+}
+
+/// User operations, started in call order.
 enum Op {
-    Send {
+    Eager {
         tag: Tag,
+        seq: u32,
         data: Vec<u8>,
+        token: u64,
+    },
+    Rts {
+        tag: Tag,
+        seq: u32,
+        src: Source,
+        len: usize,
         token: u64,
     },
     Rdma {
         write: bool,
         local: Arc<MemoryRegion>,
         offset: usize,
-        remote: RemoteRegion,
-        roffset: u64,
+        remote_addr: u64,
+        rkey: u32,
         len: usize,
+        token: u64,
+    },
+    Atomic {
+        op: AtomicOp,
+        local: Arc<MemoryRegion>,
+        offset: usize,
+        remote_addr: u64,
+        rkey: u32,
         token: u64,
     },
 }
@@ -164,9 +256,47 @@ enum Op {
 impl Op {
     fn token(&self) -> u64 {
         match self {
-            Op::Send { token, .. } | Op::Rdma { token, .. } => *token,
+            Op::Eager { token, .. }
+            | Op::Rts { token, .. }
+            | Op::Rdma { token, .. }
+            | Op::Atomic { token, .. } => *token,
         }
     }
+}
+
+/// A posted send-queue request, by its id.
+enum Posted {
+    /// A message in bounce slot `slot` (token 0: the transport's own).
+    Msg { slot: usize, token: u64 },
+    /// A put or get; holds the local region until it completes.
+    Rdma {
+        _local: Arc<MemoryRegion>,
+        token: u64,
+    },
+    /// An atomic; likewise.
+    Atomic {
+        _local: Arc<MemoryRegion>,
+        token: u64,
+    },
+    /// A fragment of the rendezvous read of message `seq`.
+    Read { seq: u32 },
+}
+
+/// An incoming rendezvous: read in fragments into a cache buffer.
+struct Incoming {
+    tag: Tag,
+    rts: Rts,
+    buf: Option<MemoryRegion>,
+    /// Next offset to read.
+    next: u64,
+    /// Fragments posted and not completed.
+    reading: u32,
+}
+
+/// A message ready for (or held back from) its callback.
+enum Ready {
+    Eager { tag: Tag, data: Vec<u8> },
+    Rndv { seq: u32 },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,73 +309,222 @@ pub enum EndpointState {
 
 struct Endpoint {
     state: EndpointState,
+    // Field order is drop order: the queue pair goes before the memory its requests name.
     conn: Option<Connection>,
     recv_mr: Option<MemoryRegion>,
     send_mr: Option<MemoryRegion>,
     free_send: Vec<usize>,
-    /// Send slot -> token of the message in it.
-    in_send: HashMap<usize, u64>,
-    rdma: HashMap<usize, (Arc<MemoryRegion>, u64)>,
-    next_rdma: usize,
-    credits: u32,
-    ctl_credits: u32,
-    to_return: u32,
-    ctl_to_return: u32,
+    credits: Credits,
+    next_seq: u32,
+    posted: HashMap<u32, Posted>,
+    next_id: u32,
     pending: VecDeque<Op>,
+    /// FINs to send (sequence numbers of finished incoming rendezvous).
+    fins: VecDeque<u32>,
+    /// Our rendezvous sends awaiting the peer's FIN: seq -> (source, token).
+    outgoing: HashMap<u32, (Source, u64)>,
+    incoming: HashMap<u32, Incoming>,
+    /// Incoming rendezvous with fragments left to post, in arrival order.
+    to_read: VecDeque<u32>,
+    reorder: Reorder<Ready>,
+    stats: EndpointStats,
 }
 
-/// Callback for received messages of one tag: (source rank, payload).
+/// Per-endpoint counters.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct EndpointStats {
+    pub eager_sent: u64,
+    pub rndv_sent: u64,
+    pub delivered: u64,
+    pub credit_messages: u64,
+    /// Times a message waited for credits.
+    pub credit_stalls: u64,
+}
+
+impl Endpoint {
+    fn new() -> Endpoint {
+        Endpoint {
+            state: EndpointState::Idle,
+            conn: None,
+            recv_mr: None,
+            send_mr: None,
+            free_send: Vec::new(),
+            credits: Credits::new(CTL_RESERVE + 1, CTL_RESERVE),
+            next_seq: 0,
+            posted: HashMap::new(),
+            next_id: 0,
+            pending: VecDeque::new(),
+            fins: VecDeque::new(),
+            outgoing: HashMap::new(),
+            incoming: HashMap::new(),
+            to_read: VecDeque::new(),
+            reorder: Reorder::default(),
+            stats: EndpointStats::default(),
+        }
+    }
+
+    fn busy(&self) -> bool {
+        !self.pending.is_empty()
+            || !self.posted.is_empty()
+            || !self.outgoing.is_empty()
+            || !self.incoming.is_empty()
+            || !self.fins.is_empty()
+    }
+
+    fn sq_room(&self) -> bool {
+        self.posted.len() + SQ_RESERVE < MAX_QUEUE as usize
+    }
+
+    fn id(&mut self) -> u32 {
+        self.next_id = (self.next_id + 1) & 0xff_ffff;
+        self.next_id
+    }
+
+    /// Posts one message through a bounce slot. The caller checked the credit and the slot.
+    #[allow(clippy::too_many_arguments)]
+    fn post_msg(
+        &mut self,
+        peer: u32,
+        slot_len: usize,
+        kind: Kind,
+        tag: Tag,
+        seq: u32,
+        payload: &[u8],
+        token: u64,
+    ) -> Result<(), TransportError> {
+        let slot = self.free_send.pop().expect("caller checked a free slot");
+        let (credits, ctl) = self.credits.take_returns();
+        let mr = self.send_mr.as_mut().expect("connected");
+        let b = &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR + payload.len()];
+        Header {
+            tag,
+            kind,
+            credits,
+            ctl,
+            length: payload.len() as u16,
+            seq,
+        }
+        .write(b);
+        b[HDR..].copy_from_slice(payload);
+        let sge = mr.sge(slot * slot_len, HDR + payload.len())?;
+        let id = self.id();
+        self.conn
+            .as_ref()
+            .expect("connected")
+            .qp
+            .post_send(&SendRequest {
+                wr_id: wr(peer, KIND_SQ, id),
+                op: SendOp::Send,
+                sges: vec![sge],
+                signaled: true,
+                inline: HDR + payload.len() <= 64,
+            })?;
+        if kind == Kind::Credit {
+            self.credits.ctl -= 1;
+            self.stats.credit_messages += 1;
+        } else {
+            self.credits.data -= 1;
+        }
+        self.posted.insert(id, Posted::Msg { slot, token });
+        Ok(())
+    }
+
+    fn post_rdma(
+        &mut self,
+        peer: u32,
+        op: SendOp,
+        sge: openib_sys::Sge,
+        p: Posted,
+    ) -> Result<(), TransportError> {
+        let id = self.id();
+        self.conn
+            .as_ref()
+            .expect("connected")
+            .qp
+            .post_send(&SendRequest {
+                wr_id: wr(peer, KIND_SQ, id),
+                op,
+                sges: vec![sge],
+                signaled: true,
+                inline: false,
+            })?;
+        self.posted.insert(id, p);
+        Ok(())
+    }
+}
+
+/// Callback for received messages of one tag: (source rank, payload). It runs inside
+/// `progress` and must not call the transport (it may copy the data and return).
 pub type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
 
 /// The transport of one process.
 pub struct Transport {
-    rt: Box<dyn Runtime>,
-    w: Wireup,
-    cfg: TransportConfig,
+    // Field order is drop order: endpoints (queue pairs, their buffers), the cache, then the
+    // port (protection domain, completion queues) and the runtime.
     eps: BTreeMap<u32, Endpoint>,
+    cache: RegCache<MemoryRegion>,
+    w: Wireup,
+    rt: Box<dyn Runtime>,
+    cfg: TransportConfig,
     handlers: HashMap<Tag, Handler>,
     done: Vec<Completion>,
     next_token: u64,
     wcs: Vec<WorkCompletion>,
+    last_service_poll: Instant,
+    /// Receive buffers posted by the CPCs' prepare hook, by QP number, until `attach`.
+    preposted: Arc<Mutex<HashMap<u32, MemoryRegion>>>,
+    /// QP number -> peer of attached connections (receive completions name the QP).
+    qp_peer: HashMap<u32, u32>,
+    /// Receive completions of QPs not attached yet (the peer's first message can arrive
+    /// before the CPC hands the connection over).
+    early: Vec<WorkCompletion>,
 }
 
 impl Transport {
     /// Wires up through `rt` (discovery, CPC services, modex exchange); connections stay lazy.
     pub fn open(rt: Box<dyn Runtime>, cfg: TransportConfig) -> Result<Transport, TransportError> {
         let w = Wireup::open(rt.as_ref(), &cfg.wireup)?;
-        let eps = w
-            .plans
-            .keys()
-            .map(|&p| {
-                (
-                    p,
-                    Endpoint {
-                        state: EndpointState::Idle,
-                        conn: None,
-                        recv_mr: None,
-                        send_mr: None,
-                        free_send: Vec::new(),
-                        in_send: HashMap::new(),
-                        rdma: HashMap::new(),
-                        next_rdma: 0,
-                        credits: 0,
-                        ctl_credits: 0,
-                        to_return: 0,
-                        ctl_to_return: 0,
-                        pending: VecDeque::new(),
-                    },
-                )
+        let eps = w.plans.keys().map(|&p| (p, Endpoint::new())).collect();
+        let preposted: Arc<Mutex<HashMap<u32, MemoryRegion>>> = Default::default();
+        let hook: openib_cpc::rc::PrepareHook = {
+            let (pd, depth, slot) = (
+                w.port().pd.clone(),
+                cfg.recv_depth as usize,
+                HDR + cfg.eager_limit,
+            );
+            let preposted = preposted.clone();
+            Arc::new(move |qp: &openib_sys::QueuePair| {
+                let mr = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
+                for i in 0..depth {
+                    qp.post_recv(&RecvRequest {
+                        wr_id: wr(ANY_PEER, KIND_RECV, i as u32),
+                        sges: vec![mr.sge(i * slot, slot)?],
+                    })?;
+                }
+                preposted
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(qp.qp_num(), mr);
+                Ok(())
             })
-            .collect();
+        };
+        if w.port().prepare.set(hook).is_err() {
+            tracing::debug!("the port's prepare hook was already set");
+        }
         Ok(Transport {
-            rt,
-            w,
-            cfg,
             eps,
+            cache: RegCache::new(cfg.pinned_max),
+            w,
+            rt,
+            cfg,
             handlers: HashMap::new(),
             done: Vec::new(),
             next_token: 1,
-            wcs: Vec::new(),
+            wcs: Vec::with_capacity(64),
+            last_service_poll: Instant::now(),
+            preposted,
+            qp_peer: HashMap::new(),
+            early: Vec::new(),
         })
     }
 
@@ -265,6 +544,15 @@ impl Transport {
         self.cfg.eager_limit
     }
 
+    pub fn config(&self) -> &TransportConfig {
+        &self.cfg
+    }
+
+    /// The peers this transport has endpoints for (every other rank until `del_procs`).
+    pub fn peers(&self) -> Vec<u32> {
+        self.eps.keys().copied().collect()
+    }
+
     /// Registers the receive callback of `tag` (replacing any earlier one).
     pub fn on_tag(&mut self, tag: Tag, handler: Handler) -> Result<(), TransportError> {
         if tag == 0 {
@@ -274,7 +562,8 @@ impl Transport {
         Ok(())
     }
 
-    /// Registers `len` bytes of memory for put/get (remote read, write and atomics allowed).
+    /// Registers `len` bytes of memory for put/get/atomics and zero-copy sends (remote read,
+    /// write and atomics allowed). Deregistered when the last handle is dropped.
     pub fn register(&self, len: usize) -> Result<Arc<MemoryRegion>, TransportError> {
         Ok(Arc::new(MemoryRegion::alloc(
             &self.w.port().pd,
@@ -283,20 +572,28 @@ impl Transport {
         )?))
     }
 
+    pub fn cache_stats(&self) -> CacheStats {
+        self.cache.stats()
+    }
+
+    pub fn endpoint_stats(&self, peer: u32) -> Option<EndpointStats> {
+        self.eps.get(&peer).map(|e| e.stats)
+    }
+
     /// The flow-control counters of an endpoint, for diagnostics.
     pub fn debug_endpoint(&self, peer: u32) -> String {
         match self.eps.get(&peer) {
             None => "none".into(),
             Some(e) => format!(
-                "{:?} credits {} ctl {} to_return {} ctl_to_return {} pending {} in_send {} rdma {} free_send {}",
+                "{:?} credits {:?} pending {} posted {} outgoing {} incoming {} fins {} held {} free_send {}",
                 e.state,
                 e.credits,
-                e.ctl_credits,
-                e.to_return,
-                e.ctl_to_return,
                 e.pending.len(),
-                e.in_send.len(),
-                e.rdma.len(),
+                e.posted.len(),
+                e.outgoing.len(),
+                e.incoming.len(),
+                e.fins.len(),
+                e.reorder.held(),
                 e.free_send.len()
             ),
         }
@@ -311,39 +608,123 @@ impl Transport {
         self.next_token
     }
 
-    fn enqueue(&mut self, peer: u32, op: Op) -> Result<u64, TransportError> {
+    /// The endpoint of `peer`, ready to take an operation (connection started if idle).
+    fn endpoint(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
         let size = self.size();
-        let token = op.token();
-        let plan_err = match self.w.plans.get(&peer) {
+        match self.w.plans.get(&peer) {
             None => return Err(TransportError::BadPeer { peer, size }),
-            Some(Err(why)) => Some(why.clone()),
-            Some(Ok(_)) => None,
-        };
-        if let Some(why) = plan_err {
-            return Err(TransportError::NoPath { peer, why });
+            Some(Err(why)) => {
+                return Err(TransportError::NoPath {
+                    peer,
+                    why: why.clone(),
+                })
+            }
+            Some(Ok(_)) => {}
         }
-        let ep = self
-            .eps
-            .get_mut(&peer)
-            .expect("an endpoint per planned peer");
+        let Some(ep) = self.eps.get_mut(&peer) else {
+            return Err(TransportError::BadPeer { peer, size });
+        };
         if let EndpointState::Failed(why) = &ep.state {
             return Err(TransportError::EndpointFailed {
                 peer,
                 why: why.clone(),
             });
         }
-        ep.pending.push_back(op);
         if ep.state == EndpointState::Idle {
             ep.state = EndpointState::Connecting;
             self.w.connect(peer, Instant::now());
         }
-        self.drain(peer)?;
+        Ok(self.eps.get_mut(&peer).expect("checked"))
+    }
+
+    fn enqueue(
+        &mut self,
+        peer: u32,
+        make: impl FnOnce(&mut Endpoint) -> Op,
+    ) -> Result<(), TransportError> {
+        let ep = self.endpoint(peer)?;
+        let op = make(ep);
+        ep.pending.push_back(op);
+        self.drain(peer)
+    }
+
+    /// Sends `data` with `tag` to `peer` (connects on first use): eager up to the eager limit,
+    /// rendezvous above it. The data is copied: the caller may reuse it at once. Returns a
+    /// token that a later [`Completion`] names.
+    pub fn send(&mut self, peer: u32, tag: Tag, data: &[u8]) -> Result<u64, TransportError> {
+        if tag == 0 {
+            return Err(TransportError::ReservedTag);
+        }
+        let token = self.token();
+        if data.len() <= self.cfg.eager_limit {
+            let data = data.to_vec();
+            self.enqueue(peer, |ep| {
+                ep.next_seq = ep.next_seq.wrapping_add(1);
+                Op::Eager {
+                    tag,
+                    seq: ep.next_seq.wrapping_sub(1),
+                    data,
+                    token,
+                }
+            })?;
+        } else {
+            self.endpoint(peer)?;
+            let pd = self.w.port().pd.clone();
+            let mut buf = self
+                .cache
+                .take(data.len(), |n| MemoryRegion::alloc(&pd, n, Access::ALL))?;
+            buf.as_mut_slice()[..data.len()].copy_from_slice(data);
+            let len = data.len();
+            self.enqueue(peer, |ep| {
+                ep.next_seq = ep.next_seq.wrapping_add(1);
+                Op::Rts {
+                    tag,
+                    seq: ep.next_seq.wrapping_sub(1),
+                    src: Source::Cached(buf),
+                    len,
+                    token,
+                }
+            })?;
+        }
         Ok(token)
     }
 
-    /// Sends `data` with `tag` to `peer` (eager; connects on first use). Returns a token that a
-    /// later [`Completion`] names. The data is copied: the caller may reuse it at once.
-    pub fn send(&mut self, peer: u32, tag: Tag, data: &[u8]) -> Result<u64, TransportError> {
+    /// Sends `len` bytes of registered `region` from `offset`, without copying above the eager
+    /// limit: the region is read by the peer and must not change until the completion.
+    pub fn send_region(
+        &mut self,
+        peer: u32,
+        tag: Tag,
+        region: &Arc<MemoryRegion>,
+        offset: usize,
+        len: usize,
+    ) -> Result<u64, TransportError> {
+        check_range(region, offset, len)?;
+        if len <= self.cfg.eager_limit {
+            return self.send(peer, tag, &region.as_slice()[offset..offset + len]);
+        }
+        if tag == 0 {
+            return Err(TransportError::ReservedTag);
+        }
+        let token = self.token();
+        let src = Source::User(region.clone(), offset);
+        self.enqueue(peer, |ep| {
+            ep.next_seq = ep.next_seq.wrapping_add(1);
+            Op::Rts {
+                tag,
+                seq: ep.next_seq.wrapping_sub(1),
+                src,
+                len,
+                token,
+            }
+        })?;
+        Ok(token)
+    }
+
+    /// Immediate send of a small message: posted now or not at all ([`TransportError::Busy`]
+    /// when the endpoint is not connected, has queued work, or lacks a credit or a slot). No
+    /// completion is reported for it.
+    pub fn sendi(&mut self, peer: u32, tag: Tag, data: &[u8]) -> Result<(), TransportError> {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
@@ -353,15 +734,27 @@ impl Transport {
                 limit: self.cfg.eager_limit,
             });
         }
-        let token = self.token();
-        self.enqueue(
-            peer,
-            Op::Send {
-                tag,
-                data: data.to_vec(),
-                token,
-            },
-        )
+        let slot_len = HDR + self.cfg.eager_limit;
+        let ep = self.endpoint(peer)?;
+        let why = if ep.state != EndpointState::Connected {
+            Some("not connected yet")
+        } else if !ep.pending.is_empty() {
+            Some("earlier operations are queued")
+        } else if ep.credits.data == 0 {
+            Some("no credit")
+        } else if ep.free_send.is_empty() || !ep.sq_room() {
+            Some("send queue full")
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(TransportError::Busy { why });
+        }
+        let seq = ep.next_seq;
+        ep.next_seq = seq.wrapping_add(1);
+        ep.post_msg(peer, slot_len, Kind::Eager, tag, seq, data, 0)?;
+        ep.stats.eager_sent += 1;
+        Ok(())
     }
 
     /// RDMA write of `local[offset..offset+len]` to `remote` at `roffset`.
@@ -401,35 +794,91 @@ impl Transport {
         roffset: u64,
         len: usize,
     ) -> Result<u64, TransportError> {
-        if offset.checked_add(len).is_none_or(|e| e > local.len()) {
-            return Err(TransportError::Range {
-                offset: offset as u64,
-                len: len as u64,
-                size: local.len() as u64,
-            });
-        }
-        if roffset
-            .checked_add(len as u64)
-            .is_none_or(|e| e > remote.len)
-        {
-            return Err(TransportError::Range {
-                offset: roffset,
-                len: len as u64,
-                size: remote.len,
-            });
+        check_range(local, offset, len)?;
+        check_remote(&remote, roffset, len as u64)?;
+        let token = self.token();
+        let local = local.clone();
+        self.enqueue(peer, |_| Op::Rdma {
+            write,
+            local,
+            offset,
+            remote_addr: remote.addr + roffset,
+            rkey: remote.rkey,
+            len,
+            token,
+        })?;
+        Ok(token)
+    }
+
+    /// 64-bit atomic on `remote` at `roffset` (8-byte aligned); the old value lands in
+    /// `local[offset..offset+8]` (native byte order) when the completion is reported.
+    pub fn atomic(
+        &mut self,
+        peer: u32,
+        op: AtomicOp,
+        local: &Arc<MemoryRegion>,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+    ) -> Result<u64, TransportError> {
+        check_range(local, offset, 8)?;
+        check_remote(&remote, roffset, 8)?;
+        let addr = remote.addr + roffset;
+        if addr % 8 != 0 {
+            return Err(TransportError::Misaligned { addr });
         }
         let token = self.token();
-        self.enqueue(
+        let local = local.clone();
+        self.enqueue(peer, |_| Op::Atomic {
+            op,
+            local,
+            offset,
+            remote_addr: addr,
+            rkey: remote.rkey,
+            token,
+        })?;
+        Ok(token)
+    }
+
+    /// Fetch-and-add (see [`Transport::atomic`]).
+    pub fn fetch_add(
+        &mut self,
+        peer: u32,
+        local: &Arc<MemoryRegion>,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        add: u64,
+    ) -> Result<u64, TransportError> {
+        self.atomic(
             peer,
-            Op::Rdma {
-                write,
-                local: local.clone(),
-                offset,
-                remote,
-                roffset,
-                len,
-                token,
-            },
+            AtomicOp::FetchAdd { add },
+            local,
+            offset,
+            remote,
+            roffset,
+        )
+    }
+
+    /// Compare-and-swap (see [`Transport::atomic`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn compare_swap(
+        &mut self,
+        peer: u32,
+        local: &Arc<MemoryRegion>,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        compare: u64,
+        swap: u64,
+    ) -> Result<u64, TransportError> {
+        self.atomic(
+            peer,
+            AtomicOp::CompareSwap { compare, swap },
+            local,
+            offset,
+            remote,
+            roffset,
         )
     }
 
@@ -449,11 +898,7 @@ impl Transport {
             let waiting: Vec<u32> = self
                 .eps
                 .iter()
-                .filter(|(p, e)| {
-                    e.state == EndpointState::Connecting
-                        || (e.state == EndpointState::Idle
-                            && matches!(self.w.plans.get(p), Some(Ok(_))))
-                })
+                .filter(|(_, e)| e.state == EndpointState::Connecting)
                 .map(|(p, _)| *p)
                 .collect();
             if waiting.is_empty() {
@@ -468,24 +913,26 @@ impl Transport {
         }
     }
 
-    /// Progresses until nothing is queued or in flight, or `timeout`.
+    /// Progresses until nothing is queued or in flight on any live endpoint (every send read
+    /// by its peer, every put, get and atomic complete), or `timeout`.
     pub fn flush(&mut self, timeout: Duration) -> Result<Vec<Completion>, TransportError> {
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
         loop {
             self.progress()?;
             out.append(&mut self.done);
-            let busy = self
+            let busy: Vec<u32> = self
                 .eps
-                .values()
-                .filter(|e| !matches!(e.state, EndpointState::Failed(_)))
-                .any(|e| !e.pending.is_empty() || !e.in_send.is_empty() || !e.rdma.is_empty());
-            if !busy {
+                .iter()
+                .filter(|(_, e)| !matches!(e.state, EndpointState::Failed(_)) && e.busy())
+                .map(|(p, _)| *p)
+                .collect();
+            if busy.is_empty() {
                 return Ok(out);
             }
             if Instant::now() > deadline {
                 return Err(TransportError::Timeout {
-                    what: "flush".into(),
+                    what: format!("flush (busy endpoints: {busy:?})"),
                     timeout,
                 });
             }
@@ -497,13 +944,148 @@ impl Transport {
         std::mem::take(&mut self.done)
     }
 
+    /// Gives back completions taken by [`Transport::take_completions`] that belong to someone
+    /// else (for callers that share the transport between threads).
+    pub fn requeue_completions(&mut self, mut c: Vec<Completion>) {
+        self.done.append(&mut c);
+    }
+
+    /// Removes the endpoints of `peers`: their queued and in-flight operations fail with
+    /// "removed", and their queue pairs and buffers are released. Later operations to them
+    /// fail with [`TransportError::BadPeer`].
+    pub fn del_procs(&mut self, peers: &[u32]) {
+        for &p in peers {
+            self.fail(p, "endpoint removed by del_procs".into());
+            if let Some(mut ep) = self.eps.remove(&p) {
+                for (_, (src, _)) in ep.outgoing.drain() {
+                    if let Source::Cached(m) = src {
+                        self.cache.give_back(m);
+                    }
+                }
+                for (_, inc) in ep.incoming.drain() {
+                    if let Some(m) = inc.buf {
+                        self.cache.give_back(m);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Flushes (up to `timeout`), then releases every endpoint, cached registration, the port
+    /// and the runtime connection. Verbs resources are gone when this returns.
+    pub fn finalize(mut self, timeout: Duration) -> Result<Vec<Completion>, TransportError> {
+        let flushed = self.flush(timeout);
+        let peers = self.peers();
+        self.del_procs(&peers);
+        self.cache.clear();
+        let mut done = std::mem::take(&mut self.done);
+        drop(self);
+        let mut out = flushed?;
+        out.append(&mut done);
+        Ok(out)
+    }
+
     /// Makes progress: connections, completions, receive callbacks, queued operations and
-    /// credit returns. Returns how many completions it handled.
+    /// credit returns. Returns how many work completions it handled.
     pub fn progress(&mut self) -> Result<usize, TransportError> {
-        let (ok, bad) = self.w.poll(Instant::now())?;
+        let now = Instant::now();
+        let connecting = self
+            .eps
+            .values()
+            .any(|e| e.state == EndpointState::Connecting);
+        if connecting || now.duration_since(self.last_service_poll) >= SERVICE_POLL {
+            self.last_service_poll = now;
+            self.poll_services(now)?;
+        }
+        let lp = self.w.port().clone();
+        let mut wcs = std::mem::take(&mut self.wcs);
+        wcs.clear();
+        lp.recv_cq.poll(&mut wcs, 32)?;
+        lp.send_cq.poll(&mut wcs, 32)?;
+        let n = wcs.len();
+        // A QP in error flushes its other requests: report the error that caused it, which
+        // may sit behind the flushes in this batch (or on the other queue).
+        wcs.sort_by_key(|wc| wc.is_flush());
+        let mut touched: Vec<u32> = Vec::new();
+        for wc in &wcs {
+            let (mut peer, kind, id) = unwr(wc.wr_id);
+            if peer == ANY_PEER {
+                match self.qp_peer.get(&wc.qp_num) {
+                    Some(&p) => peer = p,
+                    None => {
+                        self.early.push(*wc);
+                        continue;
+                    }
+                }
+            }
+            if touched.last() != Some(&peer) {
+                touched.push(peer);
+            }
+            if !wc.is_success() {
+                self.fail(
+                    peer,
+                    format!(
+                        "work completion error: {} (vendor error {:#x})",
+                        wc.status_str(),
+                        wc.vendor_err
+                    ),
+                );
+                continue;
+            }
+            let r = match kind {
+                KIND_RECV => self.on_recv(peer, id as usize, wc.byte_len as usize),
+                KIND_SQ => self.on_send_done(peer, id),
+                _ => Ok(()),
+            };
+            if let Err(e) = r {
+                self.fail(peer, e.to_string());
+            }
+        }
+        self.wcs = wcs;
+        touched.sort_unstable();
+        touched.dedup();
+        // Reads waiting for the cache's bound may start after another endpoint freed memory.
+        touched.extend(
+            self.eps
+                .iter()
+                .filter(|(p, e)| !e.to_read.is_empty() && touched.binary_search(p).is_err())
+                .map(|(p, _)| *p)
+                .collect::<Vec<_>>(),
+        );
+        for p in touched {
+            if let Err(e) = self.drain(p) {
+                self.fail(p, e.to_string());
+            }
+        }
+        Ok(n)
+    }
+
+    fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
+        let (ok, bad) = self.w.poll(now)?;
         for (_, c) in ok {
-            let peer = c.peer;
-            self.attach(c)?;
+            let (peer, qpn) = (c.peer, c.qp.qp_num());
+            if let Err(e) = self.attach(c) {
+                self.fail(peer, e.to_string());
+            }
+            // Messages that arrived before the connection was handed over.
+            let early: Vec<WorkCompletion>;
+            (early, self.early) = std::mem::take(&mut self.early)
+                .into_iter()
+                .partition(|wc| wc.qp_num == qpn);
+            for wc in early {
+                let (_, _, id) = unwr(wc.wr_id);
+                let r = if wc.is_success() {
+                    self.on_recv(peer, id as usize, wc.byte_len as usize)
+                } else {
+                    Err(TransportError::EndpointFailed {
+                        peer,
+                        why: format!("receive failed: {}", wc.status_str()),
+                    })
+                };
+                if let Err(e) = r {
+                    self.fail(peer, e.to_string());
+                }
+            }
             self.drain(peer)?;
         }
         for (cpc, peer, e) in bad {
@@ -518,60 +1100,12 @@ impl Transport {
                 self.fail(dead, format!("rank {dead} died"));
             }
         }
-        let lp = self.w.port().clone();
-        self.wcs.clear();
-        lp.recv_cq.poll(&mut self.wcs, 32)?;
-        lp.send_cq.poll(&mut self.wcs, 32)?;
-        let n = self.wcs.len();
-        let wcs = std::mem::take(&mut self.wcs);
-        let mut touched = Vec::new();
-        for wc in &wcs {
-            let (peer, kind, slot) = unwr(wc.wr_id);
-            touched.push(peer);
-            if !wc.is_success() {
-                self.fail(
-                    peer,
-                    format!(
-                        "work completion error: {} (vendor error {:#x})",
-                        wc.status_str(),
-                        wc.vendor_err
-                    ),
-                );
-                continue;
-            }
-            match kind {
-                KIND_RECV => self.on_recv(peer, slot, wc.byte_len as usize)?,
-                KIND_SEND => {
-                    if let Some(ep) = self.eps.get_mut(&peer) {
-                        ep.free_send.push(slot);
-                        if let Some(token) = ep.in_send.remove(&slot) {
-                            if token != 0 {
-                                self.done.push(Completion::Done { peer, token });
-                            }
-                        }
-                    }
-                }
-                KIND_RDMA => {
-                    if let Some((_, token)) =
-                        self.eps.get_mut(&peer).and_then(|ep| ep.rdma.remove(&slot))
-                    {
-                        self.done.push(Completion::Done { peer, token });
-                    }
-                }
-                _ => {}
-            }
-        }
-        self.wcs = wcs;
-        touched.sort_unstable();
-        touched.dedup();
-        for p in touched {
-            self.drain(p)?;
-        }
-        Ok(n)
+        Ok(())
     }
 
     fn attach(&mut self, c: Connection) -> Result<(), TransportError> {
         let (depth, slot) = (self.cfg.recv_depth as usize, HDR + self.cfg.eager_limit);
+        let posted_recvs: usize = self.eps.values().filter(|e| e.conn.is_some()).count() * depth;
         let pd = self.w.port().pd.clone();
         let Some(ep) = self.eps.get_mut(&c.peer) else {
             return Ok(());
@@ -585,14 +1119,38 @@ impl Transport {
             );
             return Ok(());
         }
-        let recv = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
-        for i in 0..depth {
-            c.qp.post_recv(&RecvRequest {
-                wr_id: wr(c.peer, KIND_RECV, i),
-                sges: vec![recv.sge(i * slot, slot)?],
-            })?;
+        if posted_recvs + depth > CQ_DEPTH as usize {
+            return Err(TransportError::EndpointFailed {
+                peer: c.peer,
+                why: format!(
+                    "{} connected endpoints x {depth} receive buffers would overflow the \
+                     {CQ_DEPTH}-entry completion queue: lower OPENIB_RECV_DEPTH",
+                    posted_recvs / depth + 1
+                ),
+            });
         }
-        let send_slots = depth.min(64);
+        let qpn = c.qp.qp_num();
+        let pre = self
+            .preposted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&qpn);
+        let recv = match pre {
+            Some(mr) => mr,
+            None => {
+                // A CPC that did not run the prepare hook: post now.
+                let recv = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
+                for i in 0..depth {
+                    c.qp.post_recv(&RecvRequest {
+                        wr_id: wr(ANY_PEER, KIND_RECV, i as u32),
+                        sges: vec![recv.sge(i * slot, slot)?],
+                    })?;
+                }
+                recv
+            }
+        };
+        self.qp_peer.insert(qpn, c.peer);
+        let send_slots = self.cfg.send_depth as usize;
         ep.send_mr = Some(MemoryRegion::alloc(
             &pd,
             send_slots * slot,
@@ -600,11 +1158,70 @@ impl Transport {
         )?);
         ep.free_send = (0..send_slots).rev().collect();
         ep.recv_mr = Some(recv);
-        ep.credits = self.cfg.recv_depth - CTL_RESERVE;
-        ep.ctl_credits = CTL_RESERVE;
+        ep.credits = Credits::new(self.cfg.recv_depth, CTL_RESERVE);
         ep.conn = Some(c);
         ep.state = EndpointState::Connected;
         Ok(())
+    }
+
+    fn on_send_done(&mut self, peer: u32, id: u32) -> Result<(), TransportError> {
+        let Some(ep) = self.eps.get_mut(&peer) else {
+            return Ok(());
+        };
+        match ep.posted.remove(&id) {
+            Some(Posted::Msg { slot, token }) => {
+                ep.free_send.push(slot);
+                if token != 0 {
+                    self.done.push(Completion::Done { peer, token });
+                }
+            }
+            Some(Posted::Rdma { token, .. }) | Some(Posted::Atomic { token, .. }) => {
+                self.done.push(Completion::Done { peer, token })
+            }
+            Some(Posted::Read { seq }) => {
+                let inc = ep
+                    .incoming
+                    .get_mut(&seq)
+                    .expect("a read belongs to an incoming");
+                inc.reading -= 1;
+                if inc.reading == 0 && inc.next >= inc.rts.len {
+                    ep.reorder.complete(seq, Ready::Rndv { seq }).map_err(|e| {
+                        TransportError::EndpointFailed {
+                            peer,
+                            why: e.to_string(),
+                        }
+                    })?;
+                    self.deliver_ready(peer);
+                }
+            }
+            None => {}
+        }
+        Ok(())
+    }
+
+    /// Runs the callbacks of every message of `peer` that is next in order.
+    fn deliver_ready(&mut self, peer: u32) {
+        let Some(ep) = self.eps.get_mut(&peer) else {
+            return;
+        };
+        while let Some(r) = ep.reorder.pop() {
+            ep.stats.delivered += 1;
+            match r {
+                Ready::Eager { tag, data } => call(&mut self.handlers, peer, tag, &data),
+                Ready::Rndv { seq } => {
+                    let inc = ep.incoming.remove(&seq).expect("completed incoming");
+                    let buf = inc.buf.expect("read into a buffer");
+                    call(
+                        &mut self.handlers,
+                        peer,
+                        inc.tag,
+                        &buf.as_slice()[..inc.rts.len as usize],
+                    );
+                    self.cache.give_back(buf);
+                    ep.fins.push_back(seq);
+                }
+            }
+        }
     }
 
     fn on_recv(&mut self, peer: u32, slot: usize, len: usize) -> Result<(), TransportError> {
@@ -615,143 +1232,222 @@ impl Transport {
         let (Some(mr), Some(conn)) = (ep.recv_mr.as_ref(), ep.conn.as_ref()) else {
             return Ok(());
         };
+        let bad = |e: String| TransportError::EndpointFailed { peer, why: e };
         let b = &mr.as_slice()[slot * slot_len..slot * slot_len + len.min(slot_len)];
-        if b.len() < HDR {
-            return Err(TransportError::EndpointFailed {
-                peer,
-                why: format!("runt message of {} bytes", b.len()),
-            });
-        }
-        let (tag, flags) = (b[0], b[1]);
-        ep.credits += u16::from_le_bytes([b[2], b[3]]) as u32;
-        ep.ctl_credits += b[4] as u32;
-        let plen = u16::from_le_bytes([b[6], b[7]]) as usize;
-        let payload = b[HDR..HDR + plen.min(b.len() - HDR)].to_vec();
-        conn.qp.post_recv(&RecvRequest {
-            wr_id: wr(peer, KIND_RECV, slot),
-            sges: vec![mr.sge(slot * slot_len, slot_len)?],
-        })?;
-        if flags & FLAG_CTL != 0 {
-            ep.ctl_to_return += 1;
-        } else {
-            ep.to_return += 1;
-            match self.handlers.get_mut(&tag) {
-                Some(h) => h(peer, &payload),
-                None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
+        let (h, payload) = Header::parse(b).map_err(|e| bad(format!("malformed message: {e}")))?;
+        ep.credits.on_returns(h.credits, h.ctl);
+        match h.kind {
+            Kind::Credit => {}
+            Kind::Fin => {
+                if let Some((src, token)) = ep.outgoing.remove(&h.seq) {
+                    if let Source::Cached(m) = src {
+                        self.cache.give_back(m);
+                    }
+                    self.done.push(Completion::Done { peer, token });
+                } else {
+                    return Err(bad(format!("FIN for unknown rendezvous {}", h.seq)));
+                }
+            }
+            Kind::Eager => {
+                if ep.reorder.pass(h.seq) {
+                    // In order with nothing held: the callback reads the receive buffer itself,
+                    // which is reposted after it returns.
+                    ep.stats.delivered += 1;
+                    call(&mut self.handlers, peer, h.tag, payload);
+                } else {
+                    let data = payload.to_vec();
+                    ep.reorder
+                        .arrive(h.seq, Some(Ready::Eager { tag: h.tag, data }))
+                        .map_err(|e| bad(e.to_string()))?;
+                }
+            }
+            Kind::Rts => {
+                let rts = Rts::parse(payload).map_err(|e| bad(e.to_string()))?;
+                ep.reorder
+                    .arrive(h.seq, None)
+                    .map_err(|e| bad(e.to_string()))?;
+                ep.incoming.insert(
+                    h.seq,
+                    Incoming {
+                        tag: h.tag,
+                        rts,
+                        buf: None,
+                        next: 0,
+                        reading: 0,
+                    },
+                );
+                ep.to_read.push_back(h.seq);
             }
         }
+        let ctl = h.kind == Kind::Credit;
+        conn.qp.post_recv(&RecvRequest {
+            wr_id: wr(ANY_PEER, KIND_RECV, slot as u32),
+            sges: vec![mr.sge(slot * slot_len, slot_len)?],
+        })?;
+        ep.credits.reposted(ctl);
         Ok(())
     }
 
-    /// Posts what the endpoint's credits and send slots allow, then a credit return if due.
+    /// Posts what the endpoint's credits, slots and send queue allow: FINs, rendezvous reads,
+    /// queued user operations in order, then a credit return if one is due.
     fn drain(&mut self, peer: u32) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
-        let threshold = (self.cfg.recv_depth / 2).max(1);
-        let Some(ep) = self.eps.get_mut(&peer) else {
+        let fragment = self.cfg.rndv_fragment;
+        let Transport { eps, cache, w, .. } = self;
+        let Some(ep) = eps.get_mut(&peer) else {
             return Ok(());
         };
         if ep.state != EndpointState::Connected {
             return Ok(());
         }
-        let conn = ep.conn.as_ref().expect("connected");
+        // FINs: they release the peer's source buffers.
+        while !ep.fins.is_empty() && ep.credits.data > 0 && !ep.free_send.is_empty() && ep.sq_room()
+        {
+            let seq = ep.fins.pop_front().expect("checked");
+            ep.post_msg(peer, slot_len, Kind::Fin, 0, seq, &[], 0)?;
+        }
+        // Rendezvous reads, oldest first, each admitted by the registration cache's bound.
+        while let Some(&seq) = ep.to_read.front() {
+            let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
+            if inc.buf.is_none() {
+                if !cache.admits(inc.rts.len as usize) {
+                    break;
+                }
+                let pd = w.port().pd.clone();
+                inc.buf = Some(cache.take(inc.rts.len as usize, |n| {
+                    MemoryRegion::alloc(&pd, n, Access::ALL)
+                })?);
+            }
+            while ep.sq_room() {
+                let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
+                if inc.next >= inc.rts.len {
+                    break;
+                }
+                let (off, len) = fragments(inc.rts.len - inc.next, fragment)
+                    .next()
+                    .map(|(o, l)| (o + inc.next, l))
+                    .expect("bytes left");
+                let sge = inc
+                    .buf
+                    .as_ref()
+                    .expect("taken")
+                    .sge(off as usize, len as usize)?;
+                inc.next = off + len;
+                inc.reading += 1;
+                let op = SendOp::RdmaRead {
+                    remote_addr: inc.rts.addr + off,
+                    rkey: inc.rts.rkey,
+                };
+                ep.post_rdma(peer, op, sge, Posted::Read { seq })?;
+            }
+            let inc = ep.incoming.get(&seq).expect("queued incoming");
+            if inc.next < inc.rts.len {
+                break; // the send queue is full: continue on the next completion
+            }
+            ep.to_read.pop_front();
+        }
+        // User operations in call order.
         while let Some(op) = ep.pending.front() {
-            // Keep a margin of the send queue for credit returns.
-            if ep.in_send.len() + ep.rdma.len() + 2 >= MAX_QUEUE as usize {
+            if !ep.sq_room() {
                 break;
             }
-            match op {
-                Op::Send { .. } if ep.credits == 0 || ep.free_send.is_empty() => break,
-                Op::Send { .. } => {
-                    let Some(Op::Send { tag, data, token }) = ep.pending.pop_front() else {
-                        unreachable!()
-                    };
-                    let slot = ep.free_send.pop().expect("checked");
-                    let mr = ep.send_mr.as_mut().expect("connected");
-                    let b =
-                        &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR + data.len()];
-                    let ret = ep.to_return.min(u16::MAX as u32);
-                    let ctl = ep.ctl_to_return.min(u8::MAX as u32);
-                    b[0] = tag;
-                    b[1] = 0;
-                    b[2..4].copy_from_slice(&(ret as u16).to_le_bytes());
-                    b[4] = ctl as u8;
-                    b[5] = 0;
-                    b[6..8].copy_from_slice(&(data.len() as u16).to_le_bytes());
-                    b[HDR..].copy_from_slice(&data);
-                    let sge = mr.sge(slot * slot_len, HDR + data.len())?;
-                    conn.qp.post_send(&SendRequest {
-                        wr_id: wr(peer, KIND_SEND, slot),
-                        op: SendOp::Send,
-                        sges: vec![sge],
-                        signaled: true,
-                        inline: HDR + data.len() <= 64,
-                    })?;
-                    ep.to_return -= ret;
-                    ep.ctl_to_return -= ctl;
-                    ep.credits -= 1;
-                    ep.in_send.insert(slot, token);
+            let needs_msg = matches!(op, Op::Eager { .. } | Op::Rts { .. });
+            if needs_msg && (ep.credits.data == 0 || ep.free_send.is_empty()) {
+                ep.stats.credit_stalls += u64::from(ep.credits.data == 0);
+                break;
+            }
+            match ep.pending.pop_front().expect("checked") {
+                Op::Eager {
+                    tag,
+                    seq,
+                    data,
+                    token,
+                } => {
+                    ep.post_msg(peer, slot_len, Kind::Eager, tag, seq, &data, token)?;
+                    ep.stats.eager_sent += 1;
                 }
-                Op::Rdma { .. } => {
-                    let Some(Op::Rdma {
-                        write,
-                        local,
-                        offset,
-                        remote,
-                        roffset,
-                        len,
-                        token,
-                    }) = ep.pending.pop_front()
-                    else {
-                        unreachable!()
-                    };
-                    let slot = ep.next_rdma;
-                    ep.next_rdma = (ep.next_rdma + 1) % 0xff_ffff;
+                Op::Rts {
+                    tag,
+                    seq,
+                    src,
+                    len,
+                    token,
+                } => {
+                    let mut p = [0u8; RTS_LEN];
+                    src.rts(len).write(&mut p);
+                    ep.post_msg(peer, slot_len, Kind::Rts, tag, seq, &p, 0)?;
+                    ep.outgoing.insert(seq, (src, token));
+                    ep.stats.rndv_sent += 1;
+                }
+                Op::Rdma {
+                    write,
+                    local,
+                    offset,
+                    remote_addr,
+                    rkey,
+                    len,
+                    token,
+                } => {
                     let op = if write {
-                        SendOp::RdmaWrite {
-                            remote_addr: remote.addr + roffset,
-                            rkey: remote.rkey,
-                        }
+                        SendOp::RdmaWrite { remote_addr, rkey }
                     } else {
-                        SendOp::RdmaRead {
-                            remote_addr: remote.addr + roffset,
-                            rkey: remote.rkey,
-                        }
+                        SendOp::RdmaRead { remote_addr, rkey }
                     };
-                    conn.qp.post_send(&SendRequest {
-                        wr_id: wr(peer, KIND_RDMA, slot),
+                    let sge = local.sge(offset, len)?;
+                    ep.post_rdma(
+                        peer,
                         op,
-                        sges: vec![local.sge(offset, len)?],
-                        signaled: true,
-                        inline: false,
-                    })?;
-                    ep.rdma.insert(slot, (local, token));
+                        sge,
+                        Posted::Rdma {
+                            _local: local,
+                            token,
+                        },
+                    )?;
+                }
+                Op::Atomic {
+                    op,
+                    local,
+                    offset,
+                    remote_addr,
+                    rkey,
+                    token,
+                } => {
+                    let op = match op {
+                        AtomicOp::FetchAdd { add } => SendOp::FetchAdd {
+                            remote_addr,
+                            rkey,
+                            add,
+                        },
+                        AtomicOp::CompareSwap { compare, swap } => SendOp::CompareSwap {
+                            remote_addr,
+                            rkey,
+                            compare,
+                            swap,
+                        },
+                    };
+                    let sge = local.sge(offset, 8)?;
+                    ep.post_rdma(
+                        peer,
+                        op,
+                        sge,
+                        Posted::Atomic {
+                            _local: local,
+                            token,
+                        },
+                    )?;
                 }
             }
         }
         // Return credits with a control message when they pile up and nothing else carries them.
-        if ep.pending.is_empty()
-            && ep.to_return >= threshold
-            && ep.ctl_credits > 0
+        let carrier = ep.pending.front().is_some_and(|op| {
+            matches!(op, Op::Eager { .. } | Op::Rts { .. }) && ep.credits.data > 0
+        });
+        if !carrier
+            && ep.credits.credit_message_due()
             && !ep.free_send.is_empty()
+            && ep.posted.len() < MAX_QUEUE as usize
         {
-            let slot = ep.free_send.pop().expect("checked");
-            let mr = ep.send_mr.as_mut().expect("connected");
-            let ret = ep.to_return.min(u16::MAX as u32);
-            let ctl = ep.ctl_to_return.min(u8::MAX as u32);
-            let b = &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR];
-            b.copy_from_slice(&[0, FLAG_CTL, ret as u8, (ret >> 8) as u8, ctl as u8, 0, 0, 0]);
-            let sge = mr.sge(slot * slot_len, HDR)?;
-            conn.qp.post_send(&SendRequest {
-                wr_id: wr(peer, KIND_SEND, slot),
-                op: SendOp::Send,
-                sges: vec![sge],
-                signaled: true,
-                inline: true,
-            })?;
-            ep.to_return -= ret;
-            ep.ctl_to_return -= ctl;
-            ep.ctl_credits -= 1;
-            ep.in_send.insert(slot, 0);
+            ep.post_msg(peer, slot_len, Kind::Credit, 0, 0, &[], 0)?;
         }
         Ok(())
     }
@@ -766,12 +1462,30 @@ impl Transport {
         tracing::info!(peer, error = %why, "endpoint failed");
         ep.state = EndpointState::Failed(why.clone());
         let mut tokens: Vec<u64> = ep.pending.drain(..).map(|o| o.token()).collect();
-        tokens.extend(ep.in_send.drain().map(|(_, t)| t).filter(|t| *t != 0));
-        tokens.extend(ep.rdma.drain().map(|(_, (_, t))| t));
+        for (_, p) in ep.posted.drain() {
+            match p {
+                Posted::Msg { token, .. } => tokens.push(token),
+                Posted::Rdma { token, .. } | Posted::Atomic { token, .. } => tokens.push(token),
+                Posted::Read { .. } => {}
+            }
+        }
+        for (_, (src, token)) in ep.outgoing.drain() {
+            tokens.push(token);
+            if let Source::Cached(m) = src {
+                self.cache.give_back(m);
+            }
+        }
+        for (_, inc) in ep.incoming.drain() {
+            if let Some(m) = inc.buf {
+                self.cache.give_back(m);
+            }
+        }
+        ep.to_read.clear();
+        ep.fins.clear();
         if let Some(c) = &ep.conn {
             let _ = c.qp.to_error();
         }
-        for token in tokens {
+        for token in tokens.into_iter().filter(|t| *t != 0) {
             self.done.push(Completion::Failed {
                 peer,
                 token,
@@ -779,4 +1493,33 @@ impl Transport {
             });
         }
     }
+}
+
+fn call(handlers: &mut HashMap<Tag, Handler>, peer: u32, tag: Tag, data: &[u8]) {
+    match handlers.get_mut(&tag) {
+        Some(h) => h(peer, data),
+        None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
+    }
+}
+
+fn check_range(mr: &MemoryRegion, offset: usize, len: usize) -> Result<(), TransportError> {
+    if offset.checked_add(len).is_none_or(|e| e > mr.len()) {
+        return Err(TransportError::Range {
+            offset: offset as u64,
+            len: len as u64,
+            size: mr.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+fn check_remote(remote: &RemoteRegion, roffset: u64, len: u64) -> Result<(), TransportError> {
+    if roffset.checked_add(len).is_none_or(|e| e > remote.len) {
+        return Err(TransportError::Range {
+            offset: roffset,
+            len,
+            size: remote.len,
+        });
+    }
+    Ok(())
 }

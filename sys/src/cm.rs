@@ -353,8 +353,10 @@ impl CmId {
         cm::rdma_conn_param {
             private_data: private.as_ptr().cast(),
             private_data_len: private.len().min(56) as u8,
-            responder_resources: 1,
-            initiator_depth: 1,
+            // Outstanding RDMA reads and atomics in each direction (the transport's rendezvous
+            // reads); the same as the other CPCs' `RcParams::max_rd_atomic`.
+            responder_resources: 4,
+            initiator_depth: 4,
             flow_control: 0,
             retry_count: 7,
             rnr_retry_count: 7,

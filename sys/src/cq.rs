@@ -58,6 +58,12 @@ impl WorkCompletion {
         self.status == v::IBV_WC_SUCCESS
     }
     /// The libibverbs text for the status ("success", "transport retry counter exceeded", ...).
+    /// Whether this request was flushed because its QP was already in error (the error that
+    /// caused it is reported by another completion).
+    pub fn is_flush(&self) -> bool {
+        self.status == v::IBV_WC_WR_FLUSH_ERR
+    }
+
     pub fn status_str(&self) -> String {
         match verbs() {
             // SAFETY: ibv_wc_status_str returns a static string for any value.

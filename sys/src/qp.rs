@@ -471,6 +471,16 @@ impl QueuePair {
         )
     }
 
+    /// Sets the remote access of a QP in INIT (an INIT -> INIT transition).
+    pub fn set_access(&self, access: crate::Access) -> Result<()> {
+        let attr = QpAttr {
+            qp_state: v::IBV_QPS_INIT,
+            qp_access_flags: access.0,
+            ..Default::default()
+        };
+        self.modify(&attr, v::IBV_QP_STATE | v::IBV_QP_ACCESS_FLAGS)
+    }
+
     /// INIT -> RTR toward `remote`, then RTR -> RTS: an RC queue pair ready to send.
     pub fn connect_rc(&self, remote: &RemoteAddress, p: &RcParams) -> Result<()> {
         let mut ah = v::ibv_ah_attr {
@@ -564,7 +574,7 @@ impl QueuePair {
         qkey: u32,
         sges: &[Sge],
     ) -> Result<()> {
-        let mut list = crate::qp::raw_sges(&sges);
+        let mut list = crate::qp::raw_sges(sges);
         let mut wr = v::ibv_send_wr {
             wr_id,
             sg_list: list.as_mut_ptr(),

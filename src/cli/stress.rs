@@ -1,0 +1,553 @@
+//! `openib stress`: a burn-in of the transport between every pair of ranks, every byte checked.
+//!
+//! Each rank sends `--messages` messages of random sizes (log-uniform from 0 B to `--max-size`,
+//! so eager and rendezvous mix) to its peers round-robin, from `--threads` threads at once
+//! (thread t uses tag 10+t; its messages to a peer must arrive in the order it sent them, with
+//! the content derived from (source, thread, index)). Then random puts followed by gets of the
+//! same range, compared byte by byte; then `--atomics` fetch-and-adds and compare-and-swap
+//! increments of counters on rank 0 from every other rank and thread, checked against the
+//! expected totals. With `--check-resources` each rank finally releases the transport and looks
+//! for QPs and MRs of its own pid in `rdma resource show`.
+
+use super::exit;
+use crate::modex::exchange::ExchangeMode;
+use crate::ping::PingConfig;
+use crate::transport::{Completion, RemoteRegion, SharedTransport, Transport, TransportConfig};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(clap::Args, Debug)]
+pub struct StressArgs {
+    /// Messages each rank sends (split over its threads and peers).
+    #[arg(long, default_value_t = 1000)]
+    pub messages: u64,
+    /// Largest message in bytes.
+    #[arg(long, default_value_t = 4 << 20)]
+    pub max_size: usize,
+    /// Sending threads per rank.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
+    /// Put-then-get checks per rank.
+    #[arg(long, default_value_t = 50)]
+    pub puts: u64,
+    /// Fetch-and-adds and compare-and-swaps per thread of each rank other than 0.
+    #[arg(long, default_value_t = 100)]
+    pub atomics: u64,
+    /// Messages in flight per thread.
+    #[arg(long, default_value_t = 32)]
+    pub window: usize,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Seconds before giving up.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// After finalize, fail if `rdma resource show` lists a QP or MR of this process.
+    #[arg(long)]
+    pub check_resources: bool,
+    /// Print one JSON line per rank.
+    #[arg(long)]
+    pub json: bool,
+}
+
+const TAG_REGION: u8 = 2;
+const TAG_DONE: u8 = 3;
+const TAG_STREAM: u8 = 10;
+const PUT_SLICE: usize = 1 << 20;
+
+pub fn run(a: &StressArgs) -> i32 {
+    match stress(a) {
+        Ok(v) => {
+            if a.json {
+                println!("{v}");
+            } else {
+                println!("openib stress: {v}");
+            }
+            exit::OK
+        }
+        Err(e) => {
+            eprintln!("openib stress: {e}");
+            exit::ERROR
+        }
+    }
+}
+
+fn mix(mut x: u64) -> u64 {
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    x ^= x >> 33;
+    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    x ^ (x >> 33)
+}
+
+/// Size of message `i` of stream (src, thread, dst): log-uniform in 0..=max, some zero-length.
+fn size_of(seed: u64, src: u32, thread: usize, dst: u32, i: u64, max: usize) -> usize {
+    let r = mix(seed ^ mix((src as u64) << 40 ^ (thread as u64) << 32 ^ (dst as u64) << 20 ^ i));
+    if r % 32 == 0 {
+        return 0;
+    }
+    let bits = (max as f64 + 1.0).log2();
+    let e = (r >> 11) as f64 / (1u64 << 53) as f64 * bits;
+    ((e.exp2() - 1.0) as usize).min(max)
+}
+
+fn fill(buf: &mut [u8], key: u64) {
+    let mut x = mix(key) | 1;
+    for chunk in buf.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let b = x.to_le_bytes();
+        chunk.copy_from_slice(&b[..chunk.len()]);
+    }
+}
+
+fn stream_key(src: u32, thread: usize, i: u64) -> u64 {
+    (src as u64) << 48 ^ (thread as u64) << 40 ^ i
+}
+
+/// What a rank received and checked.
+#[derive(Default)]
+struct Received {
+    /// (src, thread) -> next expected index.
+    next: HashMap<(u32, usize), u64>,
+    messages: u64,
+    bytes: u64,
+    errors: Vec<String>,
+}
+
+fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
+    let timeout = Duration::from_secs(a.timeout);
+    let rt = crate::runtime::connect().map_err(|e| e.to_string())?;
+    let cfg = TransportConfig::from_env(PingConfig {
+        derive: openib_ports::DeriveConfig::default(),
+        cpc: None,
+        timeout: Duration::from_secs(60),
+        mode: ExchangeMode::default(),
+    })
+    .map_err(|e| e.to_string())?;
+    let t0 = Instant::now();
+    let t = Transport::open(rt, cfg).map_err(|e| e.to_string())?;
+    let (me, size) = (t.rank(), t.size());
+    if size < 2 {
+        return Err("needs at least 2 ranks: openib run -n 2 -- openib stress".into());
+    }
+    let peers: Vec<u32> = (0..size).filter(|&p| p != me).collect();
+    let t = SharedTransport::new(t);
+    let threads = a.threads.max(1);
+
+    // Receive side: check order and content of every stream.
+    let recv = Arc::new(Mutex::new(Received::default()));
+    let max = a.max_size;
+    let seed = a.seed;
+    for th in 0..threads {
+        let recv = recv.clone();
+        t.on_tag(
+            TAG_STREAM + th as u8,
+            Box::new(move |src, data| {
+                let mut r = recv.lock().expect("recv");
+                let i = *r.next.get(&(src, th)).unwrap_or(&0);
+                let want = size_of(seed, src, th, me, i, max);
+                let mut exp = vec![0u8; want];
+                fill(&mut exp, stream_key(src, th, i));
+                if data.len() != want || data != exp.as_slice() {
+                    let first_bad = data.iter().zip(&exp).position(|(x, y)| x != y);
+                    r.errors.push(format!(
+                        "message {i} of thread {th} from rank {src}: {} bytes (want {want}), first differing byte {first_bad:?}",
+                        data.len()
+                    ));
+                }
+                r.next.insert((src, th), i + 1);
+                r.messages += 1;
+                r.bytes += data.len() as u64;
+            }),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let regions: Arc<Mutex<HashMap<u32, (RemoteRegion, RemoteRegion)>>> = Default::default();
+    {
+        let regions = regions.clone();
+        t.on_tag(
+            TAG_REGION,
+            Box::new(move |src, d| {
+                if let (Some(a), Some(b)) = (
+                    RemoteRegion::decode(&d[..20.min(d.len())]),
+                    RemoteRegion::decode(d.get(20..40).unwrap_or(&[])),
+                ) {
+                    regions.lock().expect("regions").insert(src, (a, b));
+                }
+            }),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+    let done_count = Arc::new(AtomicU64::new(0));
+    {
+        let d = done_count.clone();
+        t.on_tag(
+            TAG_DONE,
+            Box::new(move |_, _| {
+                d.fetch_add(1, Ordering::AcqRel);
+            }),
+        )
+        .map_err(|e| e.to_string())?;
+    }
+
+    // Expected message counts from each peer (deterministic split).
+    let per_thread = |th: usize| {
+        a.messages / threads as u64 + u64::from((th as u64) < a.messages % threads as u64)
+    };
+    let expected_from = |src: u32| -> u64 {
+        let src_peers: Vec<u32> = (0..size).filter(|&p| p != src).collect();
+        let k = src_peers.iter().position(|&p| p == me).expect("a peer") as u64;
+        (0..threads)
+            .map(|th| {
+                let n = per_thread(th);
+                let np = src_peers.len() as u64;
+                n / np + u64::from(k < n % np)
+            })
+            .sum()
+    };
+    let expected_total: u64 = peers.iter().map(|&p| expected_from(p)).sum();
+
+    // Completion routing: a token belongs to the thread that got it.
+    let owner: Arc<Mutex<HashMap<u64, usize>>> = Default::default();
+    let outstanding: Arc<Vec<AtomicUsize>> =
+        Arc::new((0..threads).map(|_| AtomicUsize::new(0)).collect());
+    let failed = Arc::new(AtomicBool::new(false));
+    let failures: Arc<Mutex<Vec<String>>> = Default::default();
+    let reap = {
+        let (owner, outstanding, failures, failed) = (
+            owner.clone(),
+            outstanding.clone(),
+            failures.clone(),
+            failed.clone(),
+        );
+        move |t: &SharedTransport| -> Result<(), String> {
+            let mut g = t.lock();
+            g.progress().map_err(|e| e.to_string())?;
+            let done = g.take_completions();
+            let mut o = owner.lock().expect("owner");
+            for c in done {
+                let (token, err) = match c {
+                    Completion::Done { token, .. } => (token, None),
+                    Completion::Failed { token, error, .. } => (token, Some(error)),
+                };
+                if let Some(th) = o.remove(&token) {
+                    outstanding[th].fetch_sub(1, Ordering::AcqRel);
+                }
+                if let Some(e) = err {
+                    failed.store(true, Ordering::Release);
+                    failures.lock().expect("failures").push(e);
+                }
+            }
+            Ok(())
+        }
+    };
+
+    // 1. Streams from every thread.
+    let deadline = Instant::now() + timeout;
+    let send_start = Instant::now();
+    std::thread::scope(|s| -> Result<(), String> {
+        let mut hs = Vec::new();
+        for th in 0..threads {
+            let (t, owner, outstanding, reap, failed) = (
+                t.clone(),
+                owner.clone(),
+                outstanding.clone(),
+                reap.clone(),
+                failed.clone(),
+            );
+            let peers = peers.clone();
+            let n = per_thread(th);
+            let window = a.window.max(1);
+            hs.push(s.spawn(move || -> Result<(), String> {
+                let mut idx: HashMap<u32, u64> = HashMap::new();
+                let mut buf = Vec::new();
+                for k in 0..n {
+                    let dst = peers[(k % peers.len() as u64) as usize];
+                    let i = idx.entry(dst).or_insert(0);
+                    let len = size_of(seed, me, th, dst, *i, max);
+                    // A fresh buffer each time: freed addresses get reused by the allocator.
+                    buf.clear();
+                    buf.resize(len, 0);
+                    fill(&mut buf, stream_key(me, th, *i));
+                    *i += 1;
+                    while outstanding[th].load(Ordering::Acquire) >= window {
+                        reap(&t)?;
+                        if failed.load(Ordering::Acquire) || Instant::now() > deadline {
+                            return Err("a send failed or timed out".into());
+                        }
+                    }
+                    let mut g = t.lock();
+                    let token = g
+                        .send(dst, TAG_STREAM + th as u8, &buf)
+                        .map_err(|e| e.to_string())?;
+                    owner.lock().expect("owner").insert(token, th);
+                    outstanding[th].fetch_add(1, Ordering::AcqRel);
+                    drop(g);
+                    buf = Vec::new();
+                }
+                while outstanding[th].load(Ordering::Acquire) > 0 {
+                    reap(&t)?;
+                    if failed.load(Ordering::Acquire) || Instant::now() > deadline {
+                        return Err("a send failed or timed out".into());
+                    }
+                }
+                Ok(())
+            }));
+        }
+        for h in hs {
+            h.join().map_err(|_| "a sender thread panicked")??;
+        }
+        Ok(())
+    })
+    .map_err(|e| {
+        format!(
+            "{e}: {:?}; {}",
+            failures.lock().expect("failures"),
+            peers
+                .iter()
+                .map(|&p| format!("rank {p}: {}", t.lock().debug_endpoint(p)))
+                .collect::<Vec<_>>()
+                .join("; ")
+        )
+    })?;
+    let recv_deadline = Instant::now() + timeout;
+    while recv.lock().expect("recv").messages < expected_total {
+        reap(&t)?;
+        if Instant::now() > recv_deadline {
+            return Err(format!(
+                "received {} of {expected_total} messages",
+                recv.lock().expect("recv").messages
+            ));
+        }
+    }
+    let stream_secs = send_start.elapsed().as_secs_f64();
+
+    // 2. Put then get random ranges of this rank's slice of each peer's landing region.
+    let landing = t
+        .register(PUT_SLICE * size as usize)
+        .map_err(|e| e.to_string())?;
+    let counters = t.register(16).map_err(|e| e.to_string())?;
+    let mut msg = RemoteRegion::of(&landing).encode().to_vec();
+    msg.extend_from_slice(&RemoteRegion::of(&counters).encode());
+    for &p in &peers {
+        t.send(p, TAG_REGION, &msg).map_err(|e| e.to_string())?;
+    }
+    t.progress_until(timeout, "region exchange", || {
+        regions.lock().expect("regions").len() == peers.len()
+    })
+    .map_err(|e| e.to_string())?;
+    let regions = regions.lock().expect("regions").clone();
+    let mut src = t.register(PUT_SLICE).map_err(|e| e.to_string())?;
+    let dst = t.register(PUT_SLICE).map_err(|e| e.to_string())?;
+    let mut put_bytes = 0u64;
+    for k in 0..a.puts {
+        let p = peers[(k % peers.len() as u64) as usize];
+        let r = mix(seed ^ 0x5555 ^ (me as u64) << 32 ^ k);
+        let len = 1 + (r % PUT_SLICE as u64) as usize;
+        let off = ((r >> 24) % (PUT_SLICE - len + 1) as u64) as usize;
+        {
+            let s = Arc::get_mut(&mut src).ok_or("source region still in use")?;
+            fill(&mut s.as_mut_slice()[off..off + len], r);
+        }
+        let roff = (me as usize * PUT_SLICE + off) as u64;
+        wait_token(&t, &reap, timeout, |g| {
+            g.put(p, &src, off, regions[&p].0, roff, len)
+        })?;
+        wait_token(&t, &reap, timeout, |g| {
+            g.get(p, &dst, off, regions[&p].0, roff, len)
+        })?;
+        if dst.as_slice()[off..off + len] != src.as_slice()[off..off + len] {
+            return Err(format!(
+                "put/get {k} to rank {p}: {len} bytes at {roff} differ after the round trip"
+            ));
+        }
+        put_bytes += len as u64;
+    }
+
+    // 3. Atomics on rank 0's counters from every other rank and thread.
+    let atomics_each = if me == 0 { 0 } else { a.atomics };
+    if atomics_each > 0 {
+        let c0 = regions[&0].1;
+        std::thread::scope(|s| -> Result<(), String> {
+            let mut hs = Vec::new();
+            for _th in 0..threads {
+                let (t, reap) = (t.clone(), reap.clone());
+                hs.push(s.spawn(move || -> Result<(), String> {
+                    let res = t.register(8).map_err(|e| e.to_string())?;
+                    let mut last = None;
+                    for _ in 0..atomics_each {
+                        wait_token(&t, &reap, timeout, |g| g.fetch_add(0, &res, 0, c0, 0, 1))?;
+                        let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
+                        if last.is_some_and(|l| old <= l) {
+                            return Err(format!(
+                                "fetch-and-add went backwards: {old} after {last:?}"
+                            ));
+                        }
+                        last = Some(old);
+                    }
+                    // Compare-and-swap increments of the second counter.
+                    let mut guess = 0u64;
+                    let mut ok = 0;
+                    while ok < atomics_each {
+                        wait_token(&t, &reap, timeout, |g| {
+                            g.compare_swap(0, &res, 0, c0, 8, guess, guess + 1)
+                        })?;
+                        let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
+                        if old == guess {
+                            ok += 1;
+                            guess += 1;
+                        } else {
+                            guess = old;
+                        }
+                    }
+                    Ok(())
+                }));
+            }
+            for h in hs {
+                h.join().map_err(|_| "an atomics thread panicked")??;
+            }
+            Ok(())
+        })?;
+    }
+    // Everyone tells rank 0 it is done; rank 0 then checks the counters and answers.
+    if me != 0 {
+        t.send(0, TAG_DONE, &[1]).map_err(|e| e.to_string())?;
+        t.progress_until(timeout, "rank 0's final answer", || {
+            done_count.load(Ordering::Acquire) >= 1
+        })
+        .map_err(|e| e.to_string())?;
+    } else {
+        t.progress_until(timeout, "every rank's done message", || {
+            done_count.load(Ordering::Acquire) >= peers.len() as u64
+        })
+        .map_err(|e| e.to_string())?;
+        let v = |o: usize| u64::from_ne_bytes(counters.as_slice()[o..o + 8].try_into().expect("8"));
+        let want = (size as u64 - 1) * threads as u64 * a.atomics;
+        if v(0) != want || v(8) != want {
+            return Err(format!(
+                "atomic counters are {} (fetch-and-add) and {} (compare-and-swap), expected {want}",
+                v(0),
+                v(8)
+            ));
+        }
+        for &p in &peers {
+            t.send(p, TAG_DONE, &[2]).map_err(|e| e.to_string())?;
+        }
+    }
+    let r = recv.lock().expect("recv");
+    if !r.errors.is_empty() {
+        return Err(format!(
+            "{} corrupted or misordered messages, first: {}",
+            r.errors.len(),
+            r.errors[0]
+        ));
+    }
+    let (messages, bytes) = (r.messages, r.bytes);
+    drop(r);
+    let mut g = t.lock();
+    let stats: Vec<_> = peers
+        .iter()
+        .map(|&p| json!({"peer": p, "stats": g.endpoint_stats(p)}))
+        .collect();
+    let cache = g.cache_stats();
+    g.flush(timeout).map_err(|e| e.to_string())?;
+    drop(g);
+    drop((src, dst, landing, counters));
+    // Proof that the check sees this process's resources while the transport is open.
+    let open_resources = if a.check_resources {
+        Some(leftover_resources()?.into_iter().collect::<HashMap<_, _>>())
+    } else {
+        None
+    };
+    let inner = Arc::try_unwrap(t.into_inner()).map_err(|_| "transport still shared")?;
+    let inner = inner.into_inner().map_err(|_| "transport lock poisoned")?;
+    inner.finalize(timeout).map_err(|e| e.to_string())?;
+    let resources = if a.check_resources {
+        let left = leftover_resources()?;
+        if left.iter().any(|(_, n)| *n > 0) {
+            return Err(format!("verbs resources left after finalize: {left:?}"));
+        }
+        Some(left)
+    } else {
+        None
+    };
+    Ok(json!({
+        "rank": me,
+        "ok": true,
+        "threads": threads,
+        "sent": a.messages,
+        "received": messages,
+        "received_bytes": bytes,
+        "stream_secs": stream_secs,
+        "puts_checked": a.puts,
+        "put_bytes": put_bytes,
+        "atomics": atomics_each * threads as u64 * 2,
+        "cache": cache,
+        "endpoints": stats,
+        "resources_open": open_resources,
+        "resources_left": resources.map(|r| r.into_iter().collect::<HashMap<_, _>>()),
+        "secs": t0.elapsed().as_secs_f64(),
+    }))
+}
+
+/// Runs `start` under the lock and progresses until its token completes.
+fn wait_token(
+    t: &SharedTransport,
+    reap: &impl Fn(&SharedTransport) -> Result<(), String>,
+    timeout: Duration,
+    start: impl FnOnce(&mut Transport) -> Result<u64, crate::transport::TransportError>,
+) -> Result<(), String> {
+    let _ = reap;
+    let token = start(&mut t.lock()).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + timeout;
+    loop {
+        // Completions of this token are taken here; the stream's reaper owns none of them.
+        let mut g = t.lock();
+        g.progress().map_err(|e| e.to_string())?;
+        let mut found = None;
+        let mut rest = Vec::new();
+        for c in g.take_completions() {
+            match &c {
+                Completion::Done { token: k, .. } if *k == token => found = Some(Ok(())),
+                Completion::Failed {
+                    token: k, error, ..
+                } if *k == token => found = Some(Err(error.clone())),
+                _ => rest.push(c),
+            }
+        }
+        g.requeue_completions(rest);
+        drop(g);
+        if let Some(r) = found {
+            return r;
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "operation {token} did not complete within {timeout:?}"
+            ));
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// QPs and MRs of this process in `rdma resource show`.
+fn leftover_resources() -> Result<Vec<(&'static str, usize)>, String> {
+    let pid = std::process::id();
+    let mut out = Vec::new();
+    for kind in ["qp", "mr", "cq", "pd"] {
+        let o = std::process::Command::new("rdma")
+            .args(["resource", "show", kind])
+            .output()
+            .map_err(|e| format!("rdma resource show {kind}: {e}"))?;
+        let text = String::from_utf8_lossy(&o.stdout);
+        let n = text
+            .lines()
+            .filter(|l| l.contains(&format!("pid {pid} ")))
+            .count();
+        out.push((kind, n));
+    }
+    Ok(out)
+}

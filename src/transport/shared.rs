@@ -1,0 +1,126 @@
+//! [`SharedTransport`]: the transport behind a mutex, for several threads at once
+//! (MPI_THREAD_MULTIPLE). Every call takes the lock for its duration; callbacks run inside
+//! `progress` with the lock held, so they must not call the transport.
+
+use super::{Completion, EndpointState, Handler, RemoteRegion, Tag, Transport, TransportError};
+use openib_sys::MemoryRegion;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// A cloneable, thread-safe handle to one [`Transport`].
+#[derive(Clone)]
+pub struct SharedTransport {
+    inner: Arc<Mutex<Transport>>,
+}
+
+impl SharedTransport {
+    pub fn new(t: Transport) -> SharedTransport {
+        SharedTransport {
+            inner: Arc::new(Mutex::new(t)),
+        }
+    }
+
+    /// The shared transport, for taking it back when every other handle is gone
+    /// (`Arc::try_unwrap`, then `Mutex::into_inner`, then [`Transport::finalize`]).
+    pub fn into_inner(self) -> Arc<Mutex<Transport>> {
+        self.inner
+    }
+
+    /// The transport itself, locked (for calls this wrapper does not forward).
+    pub fn lock(&self) -> MutexGuard<'_, Transport> {
+        // A callback that panicked poisoned the lock; the transport's own state is still
+        // consistent (callbacks run between whole protocol steps), so go on.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.lock().rank()
+    }
+
+    pub fn size(&self) -> u32 {
+        self.lock().size()
+    }
+
+    pub fn on_tag(&self, tag: Tag, h: Handler) -> Result<(), TransportError> {
+        self.lock().on_tag(tag, h)
+    }
+
+    pub fn register(&self, len: usize) -> Result<Arc<MemoryRegion>, TransportError> {
+        self.lock().register(len)
+    }
+
+    pub fn send(&self, peer: u32, tag: Tag, data: &[u8]) -> Result<u64, TransportError> {
+        self.lock().send(peer, tag, data)
+    }
+
+    pub fn put(
+        &self,
+        peer: u32,
+        local: &Arc<MemoryRegion>,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        len: usize,
+    ) -> Result<u64, TransportError> {
+        self.lock().put(peer, local, offset, remote, roffset, len)
+    }
+
+    pub fn get(
+        &self,
+        peer: u32,
+        local: &Arc<MemoryRegion>,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        len: usize,
+    ) -> Result<u64, TransportError> {
+        self.lock().get(peer, local, offset, remote, roffset, len)
+    }
+
+    pub fn fetch_add(
+        &self,
+        peer: u32,
+        local: &Arc<MemoryRegion>,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        add: u64,
+    ) -> Result<u64, TransportError> {
+        self.lock()
+            .fetch_add(peer, local, offset, remote, roffset, add)
+    }
+
+    pub fn progress(&self) -> Result<usize, TransportError> {
+        self.lock().progress()
+    }
+
+    pub fn take_completions(&self) -> Vec<Completion> {
+        self.lock().take_completions()
+    }
+
+    pub fn endpoint_state(&self, peer: u32) -> Option<EndpointState> {
+        self.lock().endpoint_state(peer)
+    }
+
+    /// Progresses (taking and releasing the lock each round, so other threads get in) until
+    /// `done()` holds or `timeout`.
+    pub fn progress_until(
+        &self,
+        timeout: Duration,
+        what: &str,
+        mut done: impl FnMut() -> bool,
+    ) -> Result<(), TransportError> {
+        let deadline = Instant::now() + timeout;
+        while !done() {
+            self.progress()?;
+            if Instant::now() > deadline {
+                return Err(TransportError::Timeout {
+                    what: what.to_string(),
+                    timeout,
+                });
+            }
+            std::thread::yield_now();
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,230 @@
+//! The transport's message header and the payloads of its protocol messages.
+//!
+//! Every message on an endpoint's RC queue pair starts with this 12-byte header (little-endian):
+//!
+//! ```text
+//!  0      1      2      3      4      5      6      7      8      9     10     11
+//! +------+------+------+------+------+------+------+------+------+------+------+------+
+//! | tag  | kind | credits (u16) | ctl  | rsvd | length (u16) | sequence (u32)            |
+//! +------+------+------+------+------+------+------+------+------+------+------+------+
+//! ```
+//!
+//! - `tag`: the user's tag (1..=255) for `EAGER` and `RTS`, 0 otherwise.
+//! - `kind`: [`Kind`]. A kind never changes meaning; new kinds get new numbers.
+//! - `credits`, `ctl`: receive buffers (data, control) the sender reposted since its last
+//!   message: the receiver of this header may send that many more.
+//! - `length`: payload bytes after the header (at most the eager limit, itself <= 65,535).
+//! - `sequence`: per-endpoint message number of `EAGER` and `RTS` messages (delivery order);
+//!   `FIN` names the sequence of the rendezvous it finishes; 0 in `CREDIT`.
+//!
+//! `RTS` payload (28 bytes): source address u64, rkey u32, length u64, reserved u64.
+//! `FIN` and `CREDIT` have no payload.
+
+use thiserror::Error;
+
+/// Header bytes of every message.
+pub const HDR: usize = 12;
+
+mod field {
+    use std::ops::Range;
+    pub const TAG: usize = 0;
+    pub const KIND: usize = 1;
+    pub const CREDITS: Range<usize> = 2..4;
+    pub const CTL: usize = 4;
+    pub const LENGTH: Range<usize> = 6..8;
+    pub const SEQ: Range<usize> = 8..12;
+    pub const RTS_ADDR: Range<usize> = 0..8;
+    pub const RTS_RKEY: Range<usize> = 8..12;
+    pub const RTS_LEN: Range<usize> = 12..20;
+    pub const RTS_END: usize = 28;
+}
+
+/// Payload bytes of an `RTS`.
+pub const RTS_LEN: usize = field::RTS_END;
+
+/// What a message is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A user message carried whole (tag, sequence, payload).
+    Eager = 0,
+    /// Returns credits only; uses a control buffer.
+    Credit = 1,
+    /// Ready-to-send of a rendezvous: the receiver reads the data from the source region.
+    Rts = 2,
+    /// The receiver finished reading the rendezvous `sequence`: the source may be released.
+    Fin = 3,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum WireError {
+    #[error("message of {0} bytes is shorter than the {HDR}-byte header")]
+    Runt(usize),
+    #[error("unknown message kind {0}")]
+    UnknownKind(u8),
+    #[error("header says {said} payload bytes but {got} arrived")]
+    Length { said: usize, got: usize },
+    #[error("{kind:?} payload of {got} bytes, expected {want}")]
+    Payload { kind: Kind, got: usize, want: usize },
+}
+
+/// A parsed header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub tag: u8,
+    pub kind: Kind,
+    pub credits: u16,
+    pub ctl: u8,
+    pub length: u16,
+    pub seq: u32,
+}
+
+impl Header {
+    pub fn write(&self, b: &mut [u8]) {
+        b[field::TAG] = self.tag;
+        b[field::KIND] = self.kind as u8;
+        b[field::CREDITS].copy_from_slice(&self.credits.to_le_bytes());
+        b[field::CTL] = self.ctl;
+        b[5] = 0;
+        b[field::LENGTH].copy_from_slice(&self.length.to_le_bytes());
+        b[field::SEQ].copy_from_slice(&self.seq.to_le_bytes());
+    }
+
+    /// Parses a received message: its header and the payload the header announces.
+    pub fn parse(b: &[u8]) -> Result<(Header, &[u8]), WireError> {
+        if b.len() < HDR {
+            return Err(WireError::Runt(b.len()));
+        }
+        let kind = match b[field::KIND] {
+            0 => Kind::Eager,
+            1 => Kind::Credit,
+            2 => Kind::Rts,
+            3 => Kind::Fin,
+            k => return Err(WireError::UnknownKind(k)),
+        };
+        let h = Header {
+            tag: b[field::TAG],
+            kind,
+            credits: u16::from_le_bytes([b[2], b[3]]),
+            ctl: b[field::CTL],
+            length: u16::from_le_bytes([b[6], b[7]]),
+            seq: u32::from_le_bytes(b[field::SEQ].try_into().expect("4 bytes")),
+        };
+        let payload = &b[HDR..];
+        if payload.len() != h.length as usize {
+            return Err(WireError::Length {
+                said: h.length as usize,
+                got: payload.len(),
+            });
+        }
+        let want = match kind {
+            Kind::Eager => payload.len(),
+            Kind::Rts => RTS_LEN,
+            Kind::Credit | Kind::Fin => 0,
+        };
+        if payload.len() != want {
+            return Err(WireError::Payload {
+                kind,
+                got: payload.len(),
+                want,
+            });
+        }
+        Ok((h, payload))
+    }
+}
+
+/// Where the receiver of an `RTS` reads the message from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rts {
+    pub addr: u64,
+    pub rkey: u32,
+    pub len: u64,
+}
+
+impl Rts {
+    pub fn write(&self, b: &mut [u8]) {
+        b[field::RTS_ADDR].copy_from_slice(&self.addr.to_le_bytes());
+        b[field::RTS_RKEY].copy_from_slice(&self.rkey.to_le_bytes());
+        b[field::RTS_LEN].copy_from_slice(&self.len.to_le_bytes());
+        b[field::RTS_LEN.end..field::RTS_END].fill(0);
+    }
+
+    pub fn parse(b: &[u8]) -> Result<Rts, WireError> {
+        if b.len() != RTS_LEN {
+            return Err(WireError::Payload {
+                kind: Kind::Rts,
+                got: b.len(),
+                want: RTS_LEN,
+            });
+        }
+        Ok(Rts {
+            addr: u64::from_le_bytes(b[field::RTS_ADDR].try_into().expect("8")),
+            rkey: u32::from_le_bytes(b[field::RTS_RKEY].try_into().expect("4")),
+            len: u64::from_le_bytes(b[field::RTS_LEN].try_into().expect("8")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn header_vector() {
+        let h = Header {
+            tag: 7,
+            kind: Kind::Eager,
+            credits: 0x0102,
+            ctl: 3,
+            length: 2,
+            seq: 0x0a0b0c0d,
+        };
+        let mut b = [0xffu8; HDR + 2];
+        h.write(&mut b);
+        assert_eq!(&b[..HDR], &[7, 0, 2, 1, 3, 0, 2, 0, 0x0d, 0x0c, 0x0b, 0x0a]);
+        assert_eq!(Header::parse(&b).unwrap(), (h, &[0xff, 0xff][..]));
+    }
+
+    #[test]
+    fn malformed_headers_are_named() {
+        assert_eq!(Header::parse(&[0; 5]), Err(WireError::Runt(5)));
+        let mut b = [0u8; HDR];
+        b[1] = 9;
+        assert_eq!(Header::parse(&b), Err(WireError::UnknownKind(9)));
+        b[1] = 0;
+        b[6] = 4;
+        assert_eq!(
+            Header::parse(&b),
+            Err(WireError::Length { said: 4, got: 0 })
+        );
+        let mut f = [0u8; HDR + 1];
+        Header {
+            tag: 0,
+            kind: Kind::Fin,
+            credits: 0,
+            ctl: 0,
+            length: 1,
+            seq: 1,
+        }
+        .write(&mut f);
+        assert!(matches!(
+            Header::parse(&f),
+            Err(WireError::Payload {
+                kind: Kind::Fin,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn rts_round_trip() {
+        let r = Rts {
+            addr: 0x1122_3344_5566_7788,
+            rkey: 0xdead_beef,
+            len: 4 << 20,
+        };
+        let mut b = [1u8; RTS_LEN];
+        r.write(&mut b);
+        assert_eq!(Rts::parse(&b).unwrap(), r);
+        assert!(Rts::parse(&b[..20]).is_err());
+    }
+}

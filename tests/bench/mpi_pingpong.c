@@ -1,0 +1,242 @@
+/*
+ * mpi_pingpong: the MPI counterpart of `openib bench`, for the anchors (scripts/anchors).
+ *
+ * Between ranks 0 and 1, for each message size:
+ *   latency    ping-pong, one warm-up round trip then ITERS round trips; half a round trip,
+ *              mean, in microseconds;
+ *   bandwidth  rank 0 sends ITERS messages back to back (MPI_Isend, a window of up to 64 in
+ *              flight, rank 1 pre-posting as many MPI_Irecv), rank 1 answers the last one with
+ *              a 1-byte ack; MB/s = size * ITERS / seconds / 1e6 (timed on rank 0).
+ * ITERS is divided by 4 (at least 10) above 64 KiB: the rule of `openib bench`.
+ *
+ * Wire-up: each rank takes the time just before MPI_Init, then rank 0 sends 4 bytes to rank 1
+ * and rank 1 answers (the first message each way: with lazy connections, as ob1/openib and
+ * UCX make them, this is where the connection is made). "wireup_us" is the largest, over the
+ * two ranks, of MPI_Init plus the time until the rank received its first message; the parts
+ * are "init_us" and "first_exchange_us". If MPI_PINGPONG_START_NS holds a CLOCK_REALTIME time
+ * in nanoseconds taken before the launch (date +%s%N), "since_start_us" is the same end point
+ * measured from there (launcher included).
+ *
+ * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json]
+ * Prints, like `openib bench --json`:
+ *   {"results":[{"size":N,"latency_us":X,"bandwidth_mb_s":X,"iterations":N}],"wireup_us":X,...}
+ *
+ * Build: mpicc -O2 -o target/mpi_pingpong tests/bench/mpi_pingpong.c (scripts/anchors does).
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SIZES 64
+#define WINDOW 64
+#define TAG_PING 1
+#define TAG_DATA 2
+#define TAG_ACK 3
+#define TAG_WIRE 4
+
+static double now_us(clockid_t c)
+{
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return (double) ts.tv_sec * 1e6 + (double) ts.tv_nsec / 1e3;
+}
+
+static int parse_sizes(const char *s, long *sizes)
+{
+    int n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v <= 0 || n == MAX_SIZES || (*end != ',' && *end != '\0')) {
+            return -1;
+        }
+        sizes[n++] = v;
+        p = *end == ',' ? end + 1 : end;
+    }
+    return n;
+}
+
+static unsigned char pattern(long i, int salt)
+{
+    return (unsigned char) (i * 31 + salt);
+}
+
+int main(int argc, char **argv)
+{
+    /* Before anything else: the start of the wire-up. */
+    double t_before_init = now_us(CLOCK_MONOTONIC);
+    double rt_before_init = now_us(CLOCK_REALTIME);
+
+    long sizes[MAX_SIZES] = {8, 64, 512, 4096, 8192, 65536, 262144, 1048576};
+    int nsizes = 8;
+    long iters_arg = 200;
+    int json = 0;
+    int usage_error = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
+            nsizes = parse_sizes(argv[++i], sizes);
+            if (nsizes <= 0) {
+                usage_error = 1;
+            }
+        } else if (!strcmp(argv[i], "--iters") && i + 1 < argc) {
+            iters_arg = strtol(argv[++i], NULL, 10);
+            if (iters_arg <= 0) {
+                usage_error = 1;
+            }
+        } else if (!strcmp(argv[i], "--json")) {
+            json = 1;
+        } else {
+            usage_error = 1;
+        }
+    }
+
+    MPI_Init(&argc, &argv);
+    double t_after_init = now_us(CLOCK_MONOTONIC);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (usage_error || size != 2) {
+        if (rank == 0) {
+            fprintf(stderr, usage_error
+                                ? "usage: mpi_pingpong [--sizes 8,64,...] [--iters N] [--json]\n"
+                                : "mpi_pingpong: needs exactly 2 ranks (mpirun -np 2)\n");
+        }
+        MPI_Finalize();
+        return 2;
+    }
+    int peer = 1 - rank;
+
+    /* Wire-up: the first message each way, no barrier before it. */
+    int32_t token = 0x5eed;
+    double t_first;
+    if (rank == 0) {
+        MPI_Send(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD);
+        MPI_Recv(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        t_first = now_us(CLOCK_MONOTONIC);
+    } else {
+        MPI_Recv(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        t_first = now_us(CLOCK_MONOTONIC);
+        MPI_Send(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD);
+    }
+    double rt_first = rt_before_init + (t_first - t_before_init);
+    double mine[4] = {t_after_init - t_before_init, t_first - t_after_init, t_first - t_before_init,
+                      -1.0};
+    const char *start_env = getenv("MPI_PINGPONG_START_NS");
+    if (start_env && *start_env) {
+        mine[3] = rt_first - strtod(start_env, NULL) / 1e3;
+    }
+    double wire[4];
+    MPI_Reduce(mine, wire, 4, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+
+    long max = 8;
+    for (int i = 0; i < nsizes; i++) {
+        if (sizes[i] > max) {
+            max = sizes[i];
+        }
+    }
+    unsigned char *sbuf = malloc((size_t) max);
+    unsigned char *rbuf = malloc((size_t) max);
+    if (!sbuf || !rbuf) {
+        fprintf(stderr, "mpi_pingpong: out of memory for %ld bytes\n", max);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (long i = 0; i < max; i++) {
+        sbuf[i] = pattern(i, rank);
+    }
+    MPI_Request reqs[WINDOW];
+    double lat[MAX_SIZES], bw[MAX_SIZES];
+    long its[MAX_SIZES];
+
+    for (int s = 0; s < nsizes; s++) {
+        long n = sizes[s];
+        long iters = iters_arg;
+        if (n > 65536) {
+            iters = (iters_arg + 3) / 4;
+            if (iters < 10) {
+                iters = 10;
+            }
+        }
+        its[s] = iters;
+        MPI_Barrier(MPI_COMM_WORLD);
+
+        /* Latency: iteration 0 warms up (and checks the payload). */
+        double t0 = 0;
+        for (long i = 0; i <= iters; i++) {
+            if (i == 1) {
+                t0 = MPI_Wtime();
+            }
+            if (rank == 0) {
+                MPI_Send(sbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
+                MPI_Recv(rbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            } else {
+                MPI_Recv(rbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                MPI_Send(sbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
+            }
+            if (i == 0) {
+                for (long k = 0; k < n; k++) {
+                    if (rbuf[k] != pattern(k, peer)) {
+                        fprintf(stderr, "mpi_pingpong: size %ld: byte %ld arrived corrupted\n", n, k);
+                        MPI_Abort(MPI_COMM_WORLD, 1);
+                    }
+                }
+            }
+        }
+        lat[s] = (MPI_Wtime() - t0) * 1e6 / (double) iters / 2.0;
+
+        /* Bandwidth: rank 0 streams, rank 1 acknowledges the last message. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        char ack = 0;
+        t0 = MPI_Wtime();
+        for (long done = 0; done < iters;) {
+            int w = (int) (iters - done < WINDOW ? iters - done : WINDOW);
+            for (int k = 0; k < w; k++) {
+                if (rank == 0) {
+                    MPI_Isend(sbuf, (int) n, MPI_BYTE, peer, TAG_DATA, MPI_COMM_WORLD, &reqs[k]);
+                } else {
+                    MPI_Irecv(rbuf, (int) n, MPI_BYTE, peer, TAG_DATA, MPI_COMM_WORLD, &reqs[k]);
+                }
+            }
+            MPI_Waitall(w, reqs, MPI_STATUSES_IGNORE);
+            done += w;
+        }
+        if (rank == 0) {
+            MPI_Recv(&ack, 1, MPI_CHAR, peer, TAG_ACK, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else {
+            MPI_Send(&ack, 1, MPI_CHAR, peer, TAG_ACK, MPI_COMM_WORLD);
+        }
+        double secs = MPI_Wtime() - t0;
+        bw[s] = (double) n * (double) iters / secs / 1e6;
+    }
+
+    if (rank == 0) {
+        if (json) {
+            printf("{\"results\":[");
+            for (int s = 0; s < nsizes; s++) {
+                printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"bandwidth_mb_s\":%.3f,\"iterations\":%ld}",
+                       s ? "," : "", sizes[s], lat[s], bw[s], its[s]);
+            }
+            printf("],\"wireup_us\":%.1f,\"init_us\":%.1f,\"first_exchange_us\":%.1f", wire[2],
+                   wire[0], wire[1]);
+            if (wire[3] >= 0) {
+                printf(",\"since_start_us\":%.1f", wire[3]);
+            }
+            printf("}\n");
+        } else {
+            printf("mpi_pingpong: 2 ranks, wire-up %.0f us (MPI_Init %.0f + first exchange %.0f)\n",
+                   wire[2], wire[0], wire[1]);
+            printf("%9s %12s %14s\n", "size", "latency us", "bandwidth MB/s");
+            for (int s = 0; s < nsizes; s++) {
+                printf("%9ld %12.2f %14.1f\n", sizes[s], lat[s], bw[s]);
+            }
+        }
+    }
+    free(sbuf);
+    free(rbuf);
+    MPI_Finalize();
+    return 0;
+}

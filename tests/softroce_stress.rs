@@ -1,0 +1,74 @@
+//! The transport under load in the SoftRoCE guest (`openib stress`, every byte checked by the
+//! command itself): random-size messages (eager and rendezvous mixed, 0 B to 4 MiB) in both
+//! directions from two threads per rank, puts and gets of random ranges, fetch-and-add and
+//! compare-and-swap counters on rank 0 under contention from two ranks of three threads each,
+//! no receiver-not-ready NAK on the device (rxe's hardware counters), and no QP, MR, CQ or PD
+//! of a rank left after `finalize` (`rdma resource show`). The 100,000-message run of issue 6
+//! is too long for CI under TCG; docs/PERFORMANCE.md records it with its command.
+
+#[path = "softroce/harness.rs"]
+mod harness;
+
+use serde_json::Value;
+
+#[test]
+fn stress_mixed_sizes_threads_rdma_and_atomics() {
+    if harness::skip_guest("softroce_stress") {
+        return;
+    }
+    let b = env!("CARGO_BIN_EXE_openib");
+    let rnr = "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_rnr_err /sys/class/infiniband/rxe0/ports/1/hw_counters/send_rnr_err | tr '\\n' ' '";
+    let script = format!(
+        "echo '=== rnr-before'; {rnr}; echo\n\
+         echo '=== small'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 2000 --max-size 262144 --threads 2 --puts 40 --atomics 20 --seed 7 || echo FAILED\n\
+         echo '=== large'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 60 --max-size 4194304 --threads 2 --puts 10 --atomics 0 --seed 8 || echo FAILED\n\
+         echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
+         echo '=== rnr-after'; {rnr}; echo\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "1500"], &["sh", "-c", &script]);
+    let sec = |n: &str| harness::section(&out, n).unwrap_or_else(|| panic!("no {n}: {out}"));
+    for (name, ranks, messages, threads, atomics) in [
+        ("small", 2, 2000, 2, 20),
+        ("large", 2, 60, 2, 0),
+        ("contention", 3, 300, 3, 40),
+    ] {
+        let text = sec(name);
+        assert!(!text.contains("FAILED"), "{name}: {text}");
+        let lines: Vec<Value> = text
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name} ({e}): {l}")))
+            .collect();
+        assert_eq!(lines.len(), ranks, "{name}: {text}");
+        let mut received = 0;
+        for v in &lines {
+            assert_eq!(v["ok"], true, "{v}");
+            assert_eq!(v["threads"], threads, "{v}");
+            received += v["received"].as_u64().unwrap();
+            // The check saw the transport's resources while it was open, none after.
+            assert!(v["resources_open"]["qp"].as_u64().unwrap() > 0, "{v}");
+            for kind in ["qp", "mr", "cq", "pd"] {
+                assert_eq!(v["resources_left"][kind], 0, "{name}: {kind} left: {v}");
+            }
+            let rank = v["rank"].as_u64().unwrap();
+            let want_atomics = if rank == 0 { 0 } else { 2 * threads * atomics };
+            assert_eq!(v["atomics"], want_atomics, "{v}");
+        }
+        assert_eq!(received, messages * ranks as u64, "{name}: {text}");
+        if name == "large" {
+            let rndv: u64 = lines
+                .iter()
+                .flat_map(|v| v["endpoints"].as_array().unwrap().clone())
+                .map(|e| e["stats"]["rndv_sent"].as_u64().unwrap())
+                .sum();
+            assert!(rndv > 0, "the large run used the rendezvous path: {text}");
+        }
+        eprintln!("{name}: {}", text.trim());
+    }
+    assert_eq!(
+        sec("rnr-before").trim(),
+        sec("rnr-after").trim(),
+        "receiver-not-ready NAKs happened (rcvd_rnr_err send_rnr_err)"
+    );
+}

@@ -12,8 +12,8 @@
  * - Every pointer argument is checked: NULL gives OPENIB_ERR_INVALID unless a function says
  *   NULL is allowed. Out-parameters named *_out are optional (NULL: not wanted).
  * - No function blocks longer than it says: openib_open (a collective wire-up over all ranks),
- *   openib_flush and openib_connect_all (up to their timeout). Everything else returns at once;
- *   operations complete through openib_progress.
+ *   openib_flush and openib_connect_all (up to their timeout) and openib_close (its flush, up to
+ *   10 s). Everything else returns at once; operations complete through openib_progress.
  *
  * Threads
  * - Any thread may call any function. A handle serialises its calls with one lock: several
@@ -39,7 +39,8 @@ extern "C" {
 /* Error codes: 0 is success, every error is negative. */
 enum openib_error {
     OPENIB_OK = 0,
-    OPENIB_ERR_INVALID = -1,         /* bad argument: NULL pointer, tag 0, len 0, wrong handle */
+    OPENIB_ERR_INVALID = -1,         /* bad argument: NULL pointer, tag 0, len 0, wrong handle,
+                                        misaligned atomic */
     OPENIB_ERR_NO_VERBS = -2,        /* libibverbs cannot be loaded (openib ports: exit 3) */
     OPENIB_ERR_NO_DEVICE = -3,       /* no RDMA device (openib ports: exit 4) */
     OPENIB_ERR_SETUP = -4,           /* wire-up failed: no usable port, bad settings, ... */
@@ -47,13 +48,14 @@ enum openib_error {
     OPENIB_ERR_NO_PATH = -6,         /* no port pair or CPC connects to that peer */
     OPENIB_ERR_BAD_PEER = -7,        /* peer rank out of range */
     OPENIB_ERR_ENDPOINT_FAILED = -8, /* the connection to that peer failed (it stays failed) */
-    OPENIB_ERR_TOO_LARGE = -9,       /* message larger than the transport accepts */
+    OPENIB_ERR_TOO_LARGE = -9,       /* openib_sendi message above openib_eager_limit() */
     OPENIB_ERR_RANGE = -10,          /* offset + len outside a local or remote region */
     OPENIB_ERR_TIMEOUT = -11,        /* flush or connect_all did not finish in time */
     OPENIB_ERR_VERBS = -12,          /* a verbs call failed */
     OPENIB_ERR_REENTRANT = -13,      /* called from inside the same handle's receive callback */
     OPENIB_ERR_PANIC = -14,          /* internal bug; the handle can only be closed */
-    OPENIB_ERR_OTHER = -15           /* another transport error (see openib_last_error) */
+    OPENIB_ERR_OTHER = -15,          /* another transport error (see openib_last_error) */
+    OPENIB_ERR_BUSY = -16            /* openib_sendi cannot post now: progress, then retry */
 };
 
 /* The transport of this process. Opaque; from openib_open, released by openib_close. */
@@ -72,7 +74,7 @@ typedef struct openib_remote_t {
     uint64_t len;      /* length in bytes */
 } openib_remote_t;
 
-/* A finished send, put or get. */
+/* A finished send, put, get or atomic. */
 typedef struct openib_completion_t {
     uint32_t peer;  /* the rank it went to */
     uint64_t token; /* the token its call returned */
@@ -98,9 +100,14 @@ typedef void (*openib_recv_cb)(void *ctx, uint32_t src, uint8_t tag, const void 
  * to create a SoftRoCE device). */
 int openib_open(openib_t **out);
 
-/* Closes the handle: drops queued operations and connections and frees the handle. Regions
- * still allocated stay valid until openib_mem_free. NULL is a no-op (OPENIB_OK). Not from a
- * receive callback of the same handle; no other thread may use the handle during or after. */
+/* Closes the handle: first flushes for up to 10 s (as openib_flush: receive callbacks may
+ * still run), then releases every connection, queue pair, cached registration and the port,
+ * and frees the handle. The handle is freed in every case, also when the flush fails: then the
+ * result is the flush's error (OPENIB_ERR_TIMEOUT, ...) and what was still queued or in flight
+ * is dropped. Completions not yet taken with openib_poll_completion are discarded. After
+ * OPENIB_ERR_PANIC it releases without flushing. Regions still allocated stay valid until
+ * openib_mem_free. NULL is a no-op (OPENIB_OK). Not from a receive callback of the same handle
+ * (OPENIB_ERR_REENTRANT, nothing freed); no other thread may use the handle during or after. */
 int openib_close(openib_t *t);
 
 /* This process's rank (0..size-1), or a negative error. */
@@ -109,7 +116,8 @@ int openib_rank(const openib_t *t);
 /* The number of ranks in the job, or a negative error. */
 int openib_size(const openib_t *t);
 
-/* The largest message openib_send sends eagerly (bytes), or a negative error. */
+/* The largest message openib_send sends eagerly, and the largest openib_sendi accepts (bytes),
+ * or a negative error. */
 int openib_eager_limit(const openib_t *t);
 
 /* --- messages ----------------------------------------------------------------------------- */
@@ -120,11 +128,34 @@ int openib_eager_limit(const openib_t *t);
 int openib_set_handler(openib_t *t, uint8_t tag, openib_recv_cb cb, void *ctx);
 
 /* Sends `len` bytes from `buf` (NULL allowed when len is 0) with `tag` to rank `peer`,
- * connecting on first use. The data is copied before the call returns: `buf` may be reused at
- * once. Messages above openib_eager_limit() give OPENIB_ERR_TOO_LARGE (use put/get). The send
- * completes later, as a completion with the token written to *token_out (optional). */
+ * connecting on first use. Any size: up to openib_eager_limit() the message goes eagerly (one
+ * send through a bounce buffer); above it by rendezvous (the data is copied into a registered
+ * buffer of the transport's registration cache, the peer reads it with RDMA and acknowledges).
+ * The data is copied before the call returns either way: `buf` may be reused at once. The send
+ * completes later, as a completion with the token written to *token_out (optional): eager when
+ * the data left this process, rendezvous when the peer has read it. Messages to one peer, of
+ * any mix of sizes and of openib_send, openib_send_mem and openib_sendi, reach its callbacks
+ * in the order they were sent. */
 int openib_send(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len,
                 uint64_t *token_out);
+
+/* Sends mem[offset, offset+len) (a registered region of `t`) with `tag` to rank `peer`, as
+ * openib_send does, but above openib_eager_limit() without a copy: the peer reads the bytes
+ * straight from the region. Those bytes must not change, and the region should not be freed,
+ * until the completion with *token_out (optional); freeing it earlier is memory-safe (the send
+ * keeps the registration) but the peer then receives unspecified data. Up to the eager limit
+ * the bytes are copied before the call returns. OPENIB_ERR_RANGE if the range is not inside
+ * the region; OPENIB_ERR_INVALID for a region of another handle. */
+int openib_send_mem(openib_t *t, uint32_t peer, uint8_t tag, openib_mem_t *mem, size_t offset,
+                    size_t len, uint64_t *token_out);
+
+/* Immediate send of at most openib_eager_limit() bytes (above: OPENIB_ERR_TOO_LARGE): posted
+ * now, copied before the call returns, or not at all: OPENIB_ERR_BUSY when it cannot be posted
+ * at once (the connection is not up yet, earlier operations to that peer are still queued, or
+ * no credit or send slot is free). Then call openib_progress and retry (or use openib_send).
+ * The first call to an unconnected peer starts the connection and returns OPENIB_ERR_BUSY.
+ * It has no token and reports no completion. */
+int openib_sendi(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len);
 
 /* --- registered memory and RDMA ------------------------------------------------------------ */
 
@@ -134,14 +165,14 @@ int openib_send(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t
 int openib_mem_alloc(openib_t *t, size_t len, openib_mem_t **out);
 
 /* The region's memory, openib_mem_len(mem) bytes, which the caller reads and writes directly.
- * Peers' puts and gets access it too: read it only after a completion or a message says a
- * put into it is done. NULL for a NULL region. */
+ * Peers' puts, gets and atomics access it too: read it only after a completion or a message
+ * says a put or atomic into it is done. NULL for a NULL region. */
 void *openib_mem_ptr(const openib_mem_t *mem);
 
 /* The region's length in bytes (0 for a NULL region). */
 size_t openib_mem_len(const openib_mem_t *mem);
 
-/* Writes the region's remote handle to *out, for a peer's openib_put/openib_get. */
+/* Writes the region's remote handle to *out, for a peer's puts, gets and atomics. */
 int openib_mem_remote(const openib_mem_t *mem, openib_remote_t *out);
 
 /* Frees a region (deregisters it, then frees its memory). An operation still in flight keeps
@@ -161,6 +192,28 @@ int openib_put(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
 int openib_get(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
                const openib_remote_t *remote, uint64_t roffset, size_t len, uint64_t *token_out);
 
+/* 64-bit remote atomics on the 8 bytes of the peer's region `remote` at `roffset`. The target
+ * address (remote->addr + roffset) must be 8-byte aligned (OPENIB_ERR_INVALID otherwise; the
+ * regions of openib_mem_alloc are, so a roffset that is a multiple of 8 is) and inside the
+ * region (OPENIB_ERR_RANGE), as must mem[offset, offset+8). When the completion with
+ * *token_out (optional) is reported, the target's old value is in mem[offset, offset+8) in host
+ * byte order (read it with memcpy when offset is not a multiple of 8). The atomics of one
+ * handle to one peer are executed in the order they were called. They are atomic with respect
+ * to other RDMA atomics on the target, not to the target process's own loads and stores: the
+ * owner reads the value after a message says the atomics are done (a message sent after their
+ * completions arrives after them). */
+
+/* Adds `add` (modulo 2^64) to the target. */
+int openib_fetch_add(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
+                     const openib_remote_t *remote, uint64_t roffset, uint64_t add,
+                     uint64_t *token_out);
+
+/* Writes `swap` to the target if it equals `compare`; the old value says whether it did (it
+ * equals `compare` then). */
+int openib_compare_swap(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
+                        const openib_remote_t *remote, uint64_t roffset, uint64_t compare,
+                        uint64_t swap, uint64_t *token_out);
+
 /* --- progress and completions ------------------------------------------------------------- */
 
 /* Makes progress: connections, work completions, receive callbacks (run here), queued sends and
@@ -168,8 +221,8 @@ int openib_get(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
  * Call it often: nothing moves without it. */
 int openib_progress(openib_t *t);
 
-/* Takes the oldest completion of a send, put or get: returns 1 and fills *out, 0 when there is
- * none, or a negative error. */
+/* Takes the oldest completion of a send, put, get or atomic: returns 1 and fills *out, 0 when
+ * there is none, or a negative error. */
 int openib_poll_completion(openib_t *t, openib_completion_t *out);
 
 /* Progresses until nothing is queued or in flight on any live connection, or `timeout_ms`
@@ -180,6 +233,14 @@ int openib_flush(openib_t *t, uint32_t timeout_ms);
 /* Connects to every reachable peer now instead of on first use (wire-up timing, benchmarks);
  * OPENIB_ERR_TIMEOUT after `timeout_ms`. Collective in practice: peers must progress too. */
 int openib_connect_all(openib_t *t, uint32_t timeout_ms);
+
+/* Removes the endpoints of the `n` ranks in `peers` (NULL allowed when n is 0), as when those
+ * processes leave the job: their queued and in-flight operations complete with status
+ * OPENIB_ERR_ENDPOINT_FAILED (poll them), their connections and buffers are released, and
+ * later operations to them give OPENIB_ERR_BAD_PEER. The peers are not told (they remove this
+ * rank themselves). A rank outside the job gives OPENIB_ERR_BAD_PEER and removes nothing; this
+ * process's own rank and ranks removed before are ignored. */
+int openib_del_procs(openib_t *t, const uint32_t *peers, size_t n);
 
 /* --- errors ------------------------------------------------------------------------------- */
 

@@ -3,7 +3,7 @@
 //! directions from two threads per rank, puts and gets of random ranges, fetch-and-add and
 //! compare-and-swap counters on rank 0 under contention from two ranks of three threads each,
 //! no receiver-not-ready NAK on the device (rxe's hardware counters), and no QP, MR, CQ or PD
-//! of a rank left after `finalize` (`rdma resource show`). The 100,000-message run of issue 6
+//! of a rank left after `finalize` (`rdma resource show`); the same through rdmacm and oob. The 100,000-message run of issue 6
 //! is too long for CI under TCG; docs/PERFORMANCE.md records it with its command.
 
 #[path = "softroce/harness.rs"]
@@ -23,6 +23,8 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
          echo '=== small'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 2000 --max-size 262144 --threads 2 --puts 40 --atomics 20 --seed 7 || echo FAILED\n\
          echo '=== large'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 60 --max-size 4194304 --threads 2 --puts 10 --atomics 0 --seed 8 || echo FAILED\n\
          echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
+         echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
+         echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
          echo '=== rnr-after'; {rnr}; echo\n\
          echo '=== end'\n"
     );
@@ -32,6 +34,10 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
         ("small", 2, 2000, 2, 20),
         ("large", 2, 60, 2, 0),
         ("contention", 3, 300, 3, 40),
+        // Every CPC's queue pairs carry the rendezvous reads and atomics (rdmacm's active side
+        // once refused them).
+        ("rdmacm", 2, 200, 2, 5),
+        ("oob", 2, 200, 2, 5),
     ] {
         let text = sec(name);
         assert!(!text.contains("FAILED"), "{name}: {text}");

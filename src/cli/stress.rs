@@ -533,21 +533,47 @@ fn wait_token(
     }
 }
 
-/// QPs and MRs of this process in `rdma resource show`.
+/// PDs, QPs, MRs and CQs of this process in `rdma resource show`. The kernel names the thread
+/// that created an object, not the process, so objects are matched through the protection
+/// domains (`pdn`) and contexts (`ctxn`) this process's main thread opened (the transport opens
+/// them there and drops them last), or by pid.
 fn leftover_resources() -> Result<Vec<(&'static str, usize)>, String> {
-    let pid = std::process::id();
-    let mut out = Vec::new();
-    for kind in ["qp", "mr", "cq", "pd"] {
+    let show = |kind: &str| -> Result<String, String> {
         let o = std::process::Command::new("rdma")
             .args(["resource", "show", kind])
             .output()
             .map_err(|e| format!("rdma resource show {kind}: {e}"))?;
-        let text = String::from_utf8_lossy(&o.stdout);
-        let n = text
-            .lines()
-            .filter(|l| l.contains(&format!("pid {pid} ")))
-            .count();
-        out.push((kind, n));
-    }
-    Ok(out)
+        Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let field = |line: &str, name: &str| -> Option<String> {
+        let mut it = line.split_whitespace();
+        while let Some(w) = it.next() {
+            if w == name {
+                return it.next().map(str::to_string);
+            }
+        }
+        None
+    };
+    let pid = std::process::id().to_string();
+    let pds = show("pd")?;
+    let mine: Vec<&str> = pds
+        .lines()
+        .filter(|l| field(l, "pid").as_deref() == Some(pid.as_str()))
+        .collect();
+    let pdns: Vec<String> = mine.iter().filter_map(|l| field(l, "pdn")).collect();
+    let ctxns: Vec<String> = mine.iter().filter_map(|l| field(l, "ctxn")).collect();
+    let count = |text: &str, key: &str, set: &[String]| {
+        text.lines()
+            .filter(|l| {
+                field(l, "pid").as_deref() == Some(pid.as_str())
+                    || field(l, key).is_some_and(|v| set.contains(&v))
+            })
+            .count()
+    };
+    Ok(vec![
+        ("pd", mine.len()),
+        ("qp", count(&show("qp")?, "pdn", &pdns)),
+        ("mr", count(&show("mr")?, "pdn", &pdns)),
+        ("cq", count(&show("cq")?, "ctxn", &ctxns)),
+    ])
 }

@@ -217,7 +217,7 @@ int main(int argc, char **argv)
         if (json) {
             printf("{\"results\":[");
             for (int s = 0; s < nsizes; s++) {
-                printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"bandwidth_mb_s\":%.3f,\"iterations\":%ld}",
+                printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"bandwidth_mb_s\":%.6g,\"iterations\":%ld}",
                        s ? "," : "", sizes[s], lat[s], bw[s], its[s]);
             }
             printf("],\"wireup_us\":%.1f,\"init_us\":%.1f,\"first_exchange_us\":%.1f", wire[2],

@@ -4,15 +4,27 @@
  * Each rank
  *   1. sets receive callbacks and sends the peer the remote handle of a registered region;
  *   2. sends N messages (default 200) of varying sizes, 0 up to the eager limit, from two
- *      threads at once (tags 1 and 5, N/2 each) while a third thread also progresses, and
- *      checks every message it receives: its length and each byte, in order per tag;
+ *      threads at once (tags 1 and 5, N/2 each), while the main thread sends a third stream
+ *      (tag 6) that mixes sizes above the eager limit (rendezvous, up to 1 MiB) with small
+ *      ones, two of them with openib_send_mem from a registered region (one zero copy, one
+ *      eager), and progresses; it checks every message it receives: its length and each byte,
+ *      in order per tag;
  *   3. gets part of the peer's region and checks it byte by byte;
  *   4. puts into the peer's region, tells the peer when the put completed, and checks what
  *      the peer put into its own region byte by byte (and that the bytes around it are
  *      untouched);
- *   5. checks that a call from inside a callback is refused (OPENIB_ERR_REENTRANT), that every
- *      operation's token completed exactly once with status 0, exchanges verdicts, flushes
- *      and closes.
+ *   5. sends SENDI_N small messages with openib_sendi (tag 7), retrying with progress when it
+ *      returns OPENIB_ERR_BUSY (more messages than any queue holds, so it must at least
+ *      once), and checks them as in 2;
+ *   6. atomics: rank 1 runs fetch-and-adds and compare-and-swaps on two counters in rank 0's
+ *      region and checks every old value, then tells rank 0, which checks the counters'
+ *      final values in its own memory; both ranks check that a misaligned atomic is refused
+ *      (OPENIB_ERR_INVALID) and an out-of-range one too (OPENIB_ERR_RANGE);
+ *   7. checks that a call from inside a callback is refused (OPENIB_ERR_REENTRANT), that every
+ *      operation's token completed exactly once with status 0, exchanges verdicts and flushes;
+ *   8. removes the peer with openib_del_procs while a get to it is in flight (the get then
+ *      completes with OPENIB_ERR_ENDPOINT_FAILED, later sends give OPENIB_ERR_BAD_PEER), and
+ *      closes.
  * It prints one summary line and exits 0 only if everything matched on both ranks.
  */
 #define _POSIX_C_SOURCE 200809L
@@ -30,6 +42,9 @@
 #define TAG_REGION 2 /* an openib_remote_t */
 #define TAG_NOTE 3   /* "my put into your region completed" */
 #define TAG_DONE 4   /* the sender's verdict: one byte, 1 = all matched */
+#define TAG_L 6      /* the main thread's stream: rendezvous and eager mixed */
+#define TAG_I 7      /* openib_sendi messages */
+#define TAG_ATOMICS 8 /* rank 1 to rank 0: my atomics on your counters completed */
 
 #define REGION (64 * 1024 + 13) /* odd on purpose */
 #define GET_OFF 16              /* where the get lands in the local region */
@@ -39,6 +54,26 @@
 #define PUT_ROFF (REGION + 3) /* where it lands in the peer's exposed region */
 #define PUT_LEN (REGION - 8)
 #define TIMEOUT_S 240
+
+#define MIB (1024 * 1024)
+#define LARGE_N 15          /* messages of the main thread's stream */
+#define SEND_MEM_BIG 12     /* the one of them sent zero copy with openib_send_mem */
+#define SEND_MEM_SMALL 13   /* and one at most the eager limit, also with openib_send_mem */
+#define BIG_OFF 3           /* where SEND_MEM_BIG starts in the send_mem region */
+#define SMALL_OFF (MIB + 64) /* and SEND_MEM_SMALL */
+#define SENDI_N 300         /* > any send queue or credit count: BUSY must happen */
+
+/* Atomics: two counters in the exposed region, after the get and put areas. */
+#define FA_N 32                           /* fetch-and-adds on counter 1 */
+#define CAS_N 32                          /* compare-and-swaps chained on counter 2 */
+#define FA_UNIT 0x10000000001ull          /* add (i + 1) * FA_UNIT: both 32-bit halves move */
+#define FA_SUM ((uint64_t)FA_N * (FA_N + 1) / 2 * FA_UNIT)
+#define MAGIC 0x0123456789abcdefull       /* swapped into counter 1 after the adds */
+#define CNT_OFF ((2 * REGION + 7) / 8 * 8) /* counter 1: 8-byte aligned */
+#define CNT2_OFF (CNT_OFF + 8)            /* counter 2 */
+#define EXPOSED (CNT_OFF + 16)            /* length of the exposed region */
+#define ATOMIC_N (FA_N + CAS_N + 2)       /* + one successful and one failing swap on counter 1 */
+#define RES_LEN (ATOMIC_N * 8)            /* old values, one 8-byte slot per atomic */
 
 /* A byte that depends on everything it could be confused with: no period, no shared pattern. */
 static uint8_t pat(uint32_t seed, size_t j) {
@@ -68,9 +103,39 @@ static size_t msg_len(uint32_t i, int stream, size_t limit) {
     return len > limit ? limit : len;
 }
 
+/* The length of message i of the main thread's stream: above the eager limit (rendezvous),
+ * mixed with small ones (eager), so ordering across both protocols is checked too. */
+static size_t large_len(uint32_t i, size_t limit) {
+    size_t v[LARGE_N];
+    v[0] = limit + 1;
+    v[1] = 0;
+    v[2] = 2 * limit;
+    v[3] = limit;
+    v[4] = limit + 2;
+    v[5] = 1;
+    v[6] = 64 * 1024 + 3;
+    v[7] = 3 * limit + 5;
+    v[8] = limit - 1;
+    v[9] = 200000;
+    v[10] = MIB - 1;
+    v[11] = 7;
+    v[SEND_MEM_BIG] = MIB - 5;
+    v[SEND_MEM_SMALL] = limit / 2;
+    v[14] = MIB;
+    return i < LARGE_N ? v[i] : 0;
+}
+
+/* The length of openib_sendi message i: small, the limit itself once. */
+static size_t sendi_len(uint32_t i, size_t limit) {
+    size_t span = (limit < 512 ? limit : 512) + 1;
+    return i == 1 ? limit : (size_t)(i * 37u) % span;
+}
+
 struct stream {
     uint32_t next;  /* messages received */
     uint64_t bytes; /* their bytes */
+    size_t max;     /* the longest */
+    uint32_t rndv;  /* how many were above the eager limit */
 };
 
 struct state {
@@ -80,7 +145,10 @@ struct state {
     uint32_t per_stream;
     pthread_mutex_t mu; /* guards everything below (callbacks may run on any progress thread) */
     struct stream rx[2];
+    struct stream rx_large; /* TAG_L */
+    struct stream rx_sendi; /* TAG_I */
     int have_region;
+    int atomics_done; /* rank 0: rank 1 said its atomics completed */
     openib_remote_t peer_region;
     int notes;
     int peer_done, peer_verdict;
@@ -130,6 +198,31 @@ static void issued(struct state *st, uint64_t token) {
 }
 
 /* The receive callback of every tag. Runs inside openib_progress with the handle's lock held. */
+/* Message i of a stream (st->mu held): its length and every byte. */
+static void check_message(struct state *st, struct stream *rx, uint8_t tag, uint32_t i,
+                          uint32_t count, size_t want, uint32_t seed, const uint8_t *b,
+                          size_t len) {
+    if (i >= count) {
+        fail_locked(st, "tag %u: message %u is one too many", tag, i);
+    } else if (len != want) {
+        fail_locked(st, "tag %u message %u: %zu bytes, expected %zu", tag, i, len, want);
+    } else {
+        size_t j;
+        for (j = 0; j < len; j++) {
+            if (b[j] != pat(seed, j)) {
+                fail_locked(st, "tag %u message %u (%zu bytes): byte %zu is %u, expected %u",
+                            tag, i, len, j, b[j], pat(seed, j));
+                break;
+            }
+        }
+    }
+    rx->bytes += len;
+    if (len > rx->max)
+        rx->max = len;
+    if (len > st->limit)
+        rx->rndv++;
+}
+
 static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
     struct state *st = ctx;
     const uint8_t *b = data;
@@ -145,22 +238,19 @@ static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, s
             st->reentrant_tried = 1;
             st->reentrant_rc = openib_send(st->t, st->peer, TAG_A, "x", 1, NULL);
         }
-        if (i >= st->per_stream) {
-            fail_locked(st, "tag %u: message %u is one too many", tag, i);
-        } else if (len != want) {
-            fail_locked(st, "tag %u message %u: %zu bytes, expected %zu", tag, i, len, want);
-        } else {
-            uint32_t seed = msg_seed(src, s, i);
-            size_t j;
-            for (j = 0; j < len; j++) {
-                if (b[j] != pat(seed, j)) {
-                    fail_locked(st, "tag %u message %u (%zu bytes): byte %zu is %u, expected %u",
-                                tag, i, len, j, b[j], pat(seed, j));
-                    break;
-                }
-            }
-        }
-        st->rx[s].bytes += len;
+        check_message(st, &st->rx[s], tag, i, st->per_stream, want, msg_seed(src, s, i), b, len);
+    } else if (tag == TAG_L) {
+        uint32_t i = st->rx_large.next++;
+        check_message(st, &st->rx_large, tag, i, LARGE_N, large_len(i, st->limit),
+                      msg_seed(src, 2, i), b, len);
+    } else if (tag == TAG_I) {
+        uint32_t i = st->rx_sendi.next++;
+        check_message(st, &st->rx_sendi, tag, i, SENDI_N, sendi_len(i, st->limit),
+                      msg_seed(src, 3, i), b, len);
+    } else if (tag == TAG_ATOMICS) {
+        if (st->rank != 0 || len != 0)
+            fail_locked(st, "unexpected atomics note (%zu bytes) at rank %u", len, st->rank);
+        st->atomics_done = 1;
     } else if (tag == TAG_REGION) {
         if (len != sizeof(openib_remote_t)) {
             fail_locked(st, "region message of %zu bytes", len);
@@ -240,18 +330,32 @@ static int wait_until(struct state *st, int (*cond)(struct state *), const char 
 
 static int all_received(struct state *st) {
     return st->rx[0].next >= st->per_stream && st->rx[1].next >= st->per_stream &&
-           st->senders_done == 2 && st->have_region;
+           st->rx_large.next >= LARGE_N && st->senders_done == 2 && st->have_region;
 }
 static int got_note(struct state *st) { return st->notes >= 1; }
 static int got_done(struct state *st) { return st->peer_done; }
+static int got_sendi(struct state *st) { return st->rx_sendi.next >= SENDI_N; }
+static int got_atomics(struct state *st) { return st->atomics_done; }
 
-static uint64_t wait_token;
-static int token_completed(struct state *st) {
+static int completed(struct state *st, uint64_t token) {
     size_t k;
     for (k = 0; k < st->n_completed; k++)
-        if (st->completed[k] == wait_token)
+        if (st->completed[k] == token)
             return 1;
     return 0;
+}
+
+static uint64_t wait_token;
+static int token_completed(struct state *st) { return completed(st, wait_token); }
+
+static const uint64_t *wait_list;
+static size_t wait_n;
+static int tokens_completed(struct state *st) {
+    size_t k;
+    for (k = 0; k < wait_n; k++)
+        if (!completed(st, wait_list[k]))
+            return 0;
+    return 1;
 }
 
 struct sender {
@@ -319,17 +423,224 @@ static void check_bytes(struct state *st, const char *what, const uint8_t *b, si
     }
 }
 
+static uint64_t load64(const void *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* The main thread's stream (tag 6), sent while the two sender threads run. big is the
+ * registered region openib_send_mem sends from. */
+static void send_large(struct state *st, openib_mem_t *big) {
+    uint8_t *buf = malloc(MIB), *b = openib_mem_ptr(big);
+    uint32_t i;
+    if (!buf) {
+        perror("malloc");
+        exit(2);
+    }
+    for (i = 0; i < LARGE_N && !has_failed(st); i++) {
+        size_t len = large_len(i, st->limit), j;
+        uint32_t seed = msg_seed(st->rank, 2, i);
+        uint64_t token = 0;
+        int rc;
+        if (i == SEND_MEM_BIG || i == SEND_MEM_SMALL) {
+            size_t off = i == SEND_MEM_BIG ? BIG_OFF : SMALL_OFF;
+            for (j = 0; j < len; j++)
+                b[off + j] = pat(seed, j);
+            rc = openib_send_mem(st->t, st->peer, TAG_L, big, off, len, &token);
+        } else {
+            for (j = 0; j < len; j++)
+                buf[j] = pat(seed, j);
+            rc = openib_send(st->t, st->peer, TAG_L, buf, len, &token);
+            /* Copied: the buffer may change at once. */
+            memset(buf, 0xa5, len);
+        }
+        if (rc != OPENIB_OK) {
+            FAIL(st, "%s of stream message %u (%zu bytes): %d (%s): %s",
+                 i == SEND_MEM_BIG || i == SEND_MEM_SMALL ? "openib_send_mem" : "openib_send", i,
+                 len, rc, openib_strerror(rc), openib_last_error());
+            break;
+        }
+        issued(st, token);
+        if (pump(st) < 0)
+            break;
+    }
+    free(buf);
+}
+
+/* SENDI_N immediate sends, retrying with progress on OPENIB_ERR_BUSY. Returns the BUSY count. */
+static uint32_t send_immediate(struct state *st, double deadline) {
+    uint8_t *buf = malloc(st->limit + 1);
+    uint32_t i = 0, busy = 0;
+    int rc;
+    if (!buf) {
+        perror("malloc");
+        exit(2);
+    }
+    /* Above the eager limit: refused, nothing sent. */
+    rc = openib_sendi(st->t, st->peer, TAG_I, buf, st->limit + 1);
+    if (rc != OPENIB_ERR_TOO_LARGE)
+        FAIL(st, "openib_sendi of %zu bytes returned %d, not OPENIB_ERR_TOO_LARGE", st->limit + 1,
+             rc);
+    while (i < SENDI_N && !has_failed(st)) {
+        size_t len = sendi_len(i, st->limit), j;
+        uint32_t seed = msg_seed(st->rank, 3, i);
+        for (j = 0; j < len; j++)
+            buf[j] = pat(seed, j);
+        rc = openib_sendi(st->t, st->peer, TAG_I, buf, len);
+        if (rc == OPENIB_OK) {
+            i++;
+            continue;
+        }
+        if (rc != OPENIB_ERR_BUSY) {
+            FAIL(st, "openib_sendi of message %u (%zu bytes): %d (%s): %s", i, len, rc,
+                 openib_strerror(rc), openib_last_error());
+            break;
+        }
+        busy++;
+        if (pump(st) < 0)
+            break;
+        if (now() > deadline) {
+            FAIL(st, "openib_sendi: still busy at message %u after %u retries", i, busy);
+            break;
+        }
+    }
+    if (!has_failed(st) && busy == 0)
+        FAIL(st, "openib_sendi never returned OPENIB_ERR_BUSY in %u messages without progress",
+             (unsigned)SENDI_N);
+    free(buf);
+    return busy;
+}
+
+/* Atomic calls that must be refused before anything is posted (both ranks). */
+static void atomics_refused(struct state *st, openib_mem_t *res) {
+    int rc;
+    rc = openib_fetch_add(st->t, st->peer, res, 0, &st->peer_region, CNT_OFF + 4, 1, NULL);
+    if (rc != OPENIB_ERR_INVALID)
+        FAIL(st, "a misaligned fetch_add returned %d, not OPENIB_ERR_INVALID", rc);
+    rc = openib_compare_swap(st->t, st->peer, res, 0, &st->peer_region, CNT_OFF + 1, 0, 1, NULL);
+    if (rc != OPENIB_ERR_INVALID)
+        FAIL(st, "a misaligned compare_swap returned %d, not OPENIB_ERR_INVALID", rc);
+    rc = openib_fetch_add(st->t, st->peer, res, 0, &st->peer_region, EXPOSED, 1, NULL);
+    if (rc != OPENIB_ERR_RANGE)
+        FAIL(st, "a fetch_add past the remote region returned %d, not OPENIB_ERR_RANGE", rc);
+    rc = openib_fetch_add(st->t, st->peer, res, RES_LEN - 4, &st->peer_region, CNT_OFF, 1, NULL);
+    if (rc != OPENIB_ERR_RANGE)
+        FAIL(st, "a fetch_add past the local region returned %d, not OPENIB_ERR_RANGE", rc);
+}
+
+/* Rank 1: the atomics on rank 0's counters, every old value checked, then the note. */
+static int run_atomics(struct state *st, openib_mem_t *res, double deadline) {
+    uint64_t tokens[ATOMIC_N], token;
+    const uint8_t *r = openib_mem_ptr(res);
+    uint32_t i, k = 0;
+    int rc = OPENIB_OK;
+    for (i = 0; i < FA_N && rc == OPENIB_OK; i++, k++)
+        rc = openib_fetch_add(st->t, st->peer, res, 8 * k, &st->peer_region, CNT_OFF,
+                              (uint64_t)(i + 1) * FA_UNIT, &tokens[k]);
+    for (i = 0; i < CAS_N && rc == OPENIB_OK; i++, k++)
+        rc = openib_compare_swap(st->t, st->peer, res, 8 * k, &st->peer_region, CNT2_OFF, i,
+                                 i + 1, &tokens[k]);
+    if (rc == OPENIB_OK)
+        rc = openib_compare_swap(st->t, st->peer, res, 8 * k, &st->peer_region, CNT_OFF, FA_SUM,
+                                 MAGIC, &tokens[k]);
+    k++;
+    if (rc == OPENIB_OK) /* the value is MAGIC now: no swap */
+        rc = openib_compare_swap(st->t, st->peer, res, 8 * k, &st->peer_region, CNT_OFF, FA_SUM,
+                                 1, &tokens[k]);
+    k++;
+    if (!check(rc, "atomic", st))
+        return -1;
+    for (k = 0; k < ATOMIC_N; k++)
+        issued(st, tokens[k]);
+    wait_list = tokens;
+    wait_n = ATOMIC_N;
+    if (wait_until(st, tokens_completed, "the atomics", deadline) < 0)
+        return -1;
+    /* Executed in call order: each old value is exact. */
+    for (i = 0; i < FA_N; i++) {
+        uint64_t want = (uint64_t)i * (i + 1) / 2 * FA_UNIT, got = load64(r + 8 * i);
+        if (got != want)
+            FAIL(st, "fetch_add %u: old value %#llx, expected %#llx", i, (unsigned long long)got,
+                 (unsigned long long)want);
+    }
+    for (i = 0; i < CAS_N; i++) {
+        uint64_t got = load64(r + 8 * (FA_N + i));
+        if (got != i)
+            FAIL(st, "compare_swap %u on counter 2: old value %#llx, expected %#x", i,
+                 (unsigned long long)got, i);
+    }
+    if (load64(r + 8 * (FA_N + CAS_N)) != FA_SUM)
+        FAIL(st, "the swap on counter 1 saw %#llx, expected the sum %#llx",
+             (unsigned long long)load64(r + 8 * (FA_N + CAS_N)), (unsigned long long)FA_SUM);
+    if (load64(r + 8 * (FA_N + CAS_N + 1)) != MAGIC)
+        FAIL(st, "the failing swap on counter 1 saw %#llx, expected %#llx",
+             (unsigned long long)load64(r + 8 * (FA_N + CAS_N + 1)), (unsigned long long)MAGIC);
+    /* After the completions: rank 0 may read its counters when this arrives. */
+    if (!check(openib_send(st->t, st->peer, TAG_ATOMICS, NULL, 0, &token), "send atomics note",
+               st))
+        return -1;
+    issued(st, token);
+    return has_failed(st) ? -1 : 0;
+}
+
+/* Removes the peer while a get to it is in flight; returns 1 if all went as documented. */
+static int remove_peer(struct state *st, openib_mem_t *res) {
+    openib_completion_t c;
+    uint64_t token = 0;
+    uint32_t bad = 2; /* the job has 2 ranks */
+    int rc, got = 0, in_flight;
+    if (openib_del_procs(st->t, &bad, 1) != OPENIB_ERR_BAD_PEER)
+        FAIL(st, "openib_del_procs of rank 2 of 2 was not refused with OPENIB_ERR_BAD_PEER");
+    if (!check(openib_del_procs(st->t, NULL, 0), "openib_del_procs(NULL, 0)", st))
+        return 0;
+    /* The peer may have closed already and this endpoint seen it fail: then nothing is in
+     * flight to fail. */
+    rc = openib_get(st->t, st->peer, res, 0, &st->peer_region, 0, 8, &token);
+    in_flight = rc == OPENIB_OK;
+    if (!in_flight && rc != OPENIB_ERR_ENDPOINT_FAILED)
+        FAIL(st, "openib_get before del_procs: %d (%s): %s", rc, openib_strerror(rc),
+             openib_last_error());
+    if (!check(openib_del_procs(st->t, &st->peer, 1), "openib_del_procs", st))
+        return 0;
+    while ((rc = openib_poll_completion(st->t, &c)) == 1) {
+        if (in_flight && c.token == token && c.status == OPENIB_ERR_ENDPOINT_FAILED &&
+            strstr(openib_last_error(), "del_procs"))
+            got++;
+        else
+            FAIL(st, "after del_procs: completion of %llu with status %d: %s",
+                 (unsigned long long)c.token, c.status, openib_last_error());
+    }
+    if (rc < 0)
+        FAIL(st, "openib_poll_completion after del_procs: %d", rc);
+    if (in_flight && got != 1)
+        FAIL(st, "the get in flight at del_procs completed %d times with OPENIB_ERR_ENDPOINT_FAILED",
+             got);
+    rc = openib_send(st->t, st->peer, TAG_NOTE, NULL, 0, NULL);
+    if (rc != OPENIB_ERR_BAD_PEER)
+        FAIL(st, "openib_send to a removed peer returned %d, not OPENIB_ERR_BAD_PEER", rc);
+    rc = openib_sendi(st->t, st->peer, TAG_NOTE, NULL, 0);
+    if (rc != OPENIB_ERR_BAD_PEER)
+        FAIL(st, "openib_sendi to a removed peer returned %d, not OPENIB_ERR_BAD_PEER", rc);
+    rc = openib_fetch_add(st->t, st->peer, res, 0, &st->peer_region, CNT_OFF, 1, NULL);
+    if (rc != OPENIB_ERR_BAD_PEER)
+        FAIL(st, "openib_fetch_add to a removed peer returned %d, not OPENIB_ERR_BAD_PEER", rc);
+    /* Removing it again is a no-op. */
+    check(openib_del_procs(st->t, &st->peer, 1), "openib_del_procs (again)", st);
+    return !has_failed(st);
+}
+
 int main(int argc, char **argv) {
     struct state st;
-    openib_mem_t *exposed = NULL, *put_src = NULL, *get_dst = NULL;
+    openib_mem_t *exposed = NULL, *put_src = NULL, *get_dst = NULL, *big = NULL, *res = NULL;
     openib_remote_t mine;
     struct sender senders[2];
     pthread_t threads[2];
     uint64_t token;
     uint8_t verdict;
     double deadline = now() + TIMEOUT_S;
-    int rc, k, size, ok;
-    uint32_t n = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 200;
+    int rc, k, size, ok, atomics_ok = 0, removed = 0;
+    uint32_t n = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 200, busy = 0;
     size_t j;
 
     memset(&st, 0, sizeof st);
@@ -355,17 +666,23 @@ int main(int argc, char **argv) {
         FAIL(&st, "openib_set_handler(tag 0) was not refused");
     check(openib_set_handler(st.t, TAG_A, on_message, &st), "openib_set_handler", &st);
     check(openib_set_handler(st.t, TAG_B, on_message, &st), "openib_set_handler", &st);
+    check(openib_set_handler(st.t, TAG_L, on_message, &st), "openib_set_handler", &st);
+    check(openib_set_handler(st.t, TAG_I, on_message, &st), "openib_set_handler", &st);
     check(openib_set_handler(st.t, TAG_REGION, on_message, &st), "openib_set_handler", &st);
     check(openib_set_handler(st.t, TAG_NOTE, on_message, &st), "openib_set_handler", &st);
     check(openib_set_handler(st.t, TAG_DONE, on_message, &st), "openib_set_handler", &st);
+    check(openib_set_handler(st.t, TAG_ATOMICS, on_message, &st), "openib_set_handler", &st);
 
-    /* exposed: [0, REGION) for the peer's get, [REGION, 2 REGION) for the peer's put. */
-    check(openib_mem_alloc(st.t, 2 * REGION, &exposed), "openib_mem_alloc", &st);
+    /* exposed: [0, REGION) for the peer's get, [REGION, 2 REGION) for the peer's put, then the
+     * two counters of the atomics at CNT_OFF and CNT2_OFF. */
+    check(openib_mem_alloc(st.t, EXPOSED, &exposed), "openib_mem_alloc", &st);
     check(openib_mem_alloc(st.t, REGION, &put_src), "openib_mem_alloc", &st);
     check(openib_mem_alloc(st.t, REGION + 2 * GET_OFF, &get_dst), "openib_mem_alloc", &st);
+    check(openib_mem_alloc(st.t, SMALL_OFF + st.limit, &big), "openib_mem_alloc", &st);
+    check(openib_mem_alloc(st.t, RES_LEN, &res), "openib_mem_alloc", &st);
     if (has_failed(&st))
         goto out;
-    if (openib_mem_len(exposed) != 2 * REGION)
+    if (openib_mem_len(exposed) != EXPOSED)
         FAIL(&st, "openib_mem_len is %zu", openib_mem_len(exposed));
     for (j = 0; j < REGION; j++) {
         ((uint8_t *)openib_mem_ptr(exposed))[j] = pat(100 + st.rank, j);
@@ -376,7 +693,8 @@ int main(int argc, char **argv) {
               &st))
         issued(&st, token);
 
-    /* Two sender threads; this thread progresses and takes completions meanwhile. */
+    /* Two sender threads; this thread sends the mixed stream, progresses and takes
+     * completions meanwhile. */
     for (k = 0; k < 2; k++) {
         senders[k].st = &st;
         senders[k].stream = k;
@@ -385,6 +703,7 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    send_large(&st, big);
     wait_until(&st, all_received, "the peer's messages", deadline);
     for (k = 0; k < 2; k++)
         pthread_join(threads[k], NULL);
@@ -440,6 +759,30 @@ int main(int argc, char **argv) {
         check_bytes(&st, "put: after", e, PUT_ROFF + PUT_LEN, 2 * REGION, 0, 0, 1);
     }
 
+    /* Immediate sends, both ways at once. */
+    busy = send_immediate(&st, deadline);
+    if (has_failed(&st) || wait_until(&st, got_sendi, "the peer's sendi messages", deadline) < 0)
+        goto out;
+
+    /* Atomics: rank 1 on rank 0's counters; rank 0 reads them when rank 1 says it is done. */
+    atomics_refused(&st, res);
+    if (st.rank == 1) {
+        if (run_atomics(&st, res, deadline) < 0)
+            goto out;
+    } else {
+        const uint8_t *e = openib_mem_ptr(exposed);
+        if (wait_until(&st, got_atomics, "rank 1's atomics", deadline) < 0)
+            goto out;
+        if (load64(e + CNT_OFF) != MAGIC)
+            FAIL(&st, "counter 1 is %#llx after rank 1's atomics, expected %#llx",
+                 (unsigned long long)load64(e + CNT_OFF), (unsigned long long)MAGIC);
+        if (load64(e + CNT2_OFF) != CAS_N)
+            FAIL(&st, "counter 2 is %#llx after rank 1's atomics, expected %#x",
+                 (unsigned long long)load64(e + CNT2_OFF), CAS_N);
+        check_bytes(&st, "atomics: before the counters", e, 2 * REGION, CNT_OFF, 0, 0, 1);
+    }
+    atomics_ok = !has_failed(&st);
+
 out:
     /* Verdicts both ways, then flush: every token must have completed exactly once. */
     verdict = has_failed(&st) ? 0 : 1;
@@ -460,20 +803,32 @@ out:
             fail_locked(&st, "token %llu issued twice", (unsigned long long)st.issued[j]);
     pthread_mutex_unlock(&st.mu);
 
+    if (res && st.have_region)
+        removed = remove_peer(&st, res);
     check(openib_close(st.t), "openib_close", &st);
     /* Regions outlive the handle until freed. */
-    if (exposed && openib_mem_len(exposed) != 2 * REGION)
+    if (exposed && openib_mem_len(exposed) != EXPOSED)
         FAIL(&st, "a region did not survive openib_close");
     openib_mem_free(exposed);
     openib_mem_free(put_src);
     openib_mem_free(get_dst);
+    openib_mem_free(big);
+    openib_mem_free(res);
 
     ok = !st.errors && st.peer_verdict;
     printf("exchange: rank %u %s: %u messages each way (%llu bytes received, sizes 0..%zu, "
-           "2 sender threads), get %d B and put %d B checked, %zu completions, peer %s%s%s\n",
+           "2 sender threads), %u mixed messages (%u rendezvous, up to %zu B, %llu bytes, "
+           "2 by send_mem), %u sendi (%u busy), get %d B and put %d B checked, atomics %s, "
+           "del_procs %s, %zu completions, peer %s%s%s\n",
            st.rank, ok ? "ok" : "FAILED", st.rx[0].next + st.rx[1].next,
-           (unsigned long long)(st.rx[0].bytes + st.rx[1].bytes), st.limit, GET_LEN, PUT_LEN,
-           st.n_completed, st.peer_done ? (st.peer_verdict ? "ok" : "FAILED") : "silent",
+           (unsigned long long)(st.rx[0].bytes + st.rx[1].bytes), st.limit, st.rx_large.next,
+           st.rx_large.rndv, st.rx_large.max, (unsigned long long)st.rx_large.bytes,
+           st.rx_sendi.next, busy, GET_LEN, PUT_LEN,
+           !atomics_ok      ? "not checked"
+           : st.rank == 1 ? "ok (34 old values)"
+                          : "ok (counters)",
+           removed ? "ok" : "not checked", st.n_completed,
+           st.peer_done ? (st.peer_verdict ? "ok" : "FAILED") : "silent",
            st.errors ? "; first error: " : "", st.errors ? st.first_error : "");
     free(st.issued);
     free(st.completed);

@@ -19,7 +19,9 @@
 use openib_ports::hw::HwError;
 use openib_rs::modex::exchange::ExchangeMode;
 use openib_rs::ping::{PingConfig, PingError};
-use openib_rs::transport::{Completion, RemoteRegion, Transport, TransportConfig, TransportError};
+use openib_rs::transport::{
+    AtomicOp, Completion, RemoteRegion, Transport, TransportConfig, TransportError,
+};
 use openib_sys::MemoryRegion;
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -47,6 +49,7 @@ pub const OPENIB_ERR_VERBS: c_int = -12;
 pub const OPENIB_ERR_REENTRANT: c_int = -13;
 pub const OPENIB_ERR_PANIC: c_int = -14;
 pub const OPENIB_ERR_OTHER: c_int = -15;
+pub const OPENIB_ERR_BUSY: c_int = -16;
 
 /// Every code, its header name and what `openib_strerror` says.
 const CODES: &[(c_int, &str, &CStr)] = &[
@@ -114,7 +117,15 @@ const CODES: &[(c_int, &str, &CStr)] = &[
         "OPENIB_ERR_OTHER",
         c"other transport error",
     ),
+    (
+        OPENIB_ERR_BUSY,
+        "OPENIB_ERR_BUSY",
+        c"cannot post now; retry after progress",
+    ),
 ];
+
+/// How long `openib_close` flushes before it releases the handle anyway.
+const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A failed call: its code and the message `openib_last_error` returns.
 #[derive(Debug)]
@@ -162,6 +173,7 @@ fn code_of(e: &TransportError) -> c_int {
         TransportError::Range { .. } => OPENIB_ERR_RANGE,
         TransportError::Misaligned { .. } => OPENIB_ERR_INVALID,
         TransportError::Setting(_) => OPENIB_ERR_SETUP,
+        TransportError::Busy { .. } => OPENIB_ERR_BUSY,
         _ => OPENIB_ERR_OTHER,
     }
 }
@@ -383,6 +395,27 @@ unsafe fn bytes<'a>(p: *const c_void, len: usize) -> Result<&'a [u8], Fail> {
     Ok(unsafe { std::slice::from_raw_parts(p.cast::<u8>(), len) })
 }
 
+/// `n` ranks at `p` (NULL allowed when `n` is 0).
+///
+/// # Safety
+/// `p` is NULL or valid for reading `n` `u32`s for the returned lifetime.
+unsafe fn ranks<'a>(p: *const u32, n: usize) -> Result<&'a [u32], Fail> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(null("peers"));
+    }
+    if !p.is_aligned() || n > isize::MAX as usize / std::mem::size_of::<u32>() {
+        return Err(Fail::new(
+            OPENIB_ERR_INVALID,
+            format!("peers is misaligned or n {n} is too large"),
+        ));
+    }
+    // SAFETY: non-NULL, aligned, `n` readable u32s (the caller's contract), size <= isize::MAX.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
 /// Writes `v` to `out`, which must not be NULL.
 ///
 /// # Safety
@@ -417,6 +450,17 @@ unsafe fn remote_of(r: *const openib_remote_t) -> Result<RemoteRegion, Fail> {
         rkey: r.rkey,
         len: r.len,
     })
+}
+
+/// A region may only be used with the handle that allocated it.
+fn owned_by(m: &openib_mem_t, h: &openib_t) -> Result<(), Fail> {
+    if m.owner != h.id {
+        return Err(Fail::new(
+            OPENIB_ERR_INVALID,
+            "mem was allocated by another handle",
+        ));
+    }
+    Ok(())
 }
 
 fn to_int(n: usize) -> c_int {
@@ -479,8 +523,10 @@ pub unsafe extern "C" fn openib_open(out: *mut *mut openib_t) -> c_int {
     })
 }
 
-/// Closes the handle and releases everything it owns (connections, queued operations;
-/// regions still allocated stay valid until `openib_mem_free`). NULL is a no-op.
+/// Closes the handle: [`Transport::finalize`] flushes (up to [`CLOSE_FLUSH_TIMEOUT`]), then
+/// releases every connection, queue pair, cached registration and the port, and the handle is
+/// freed whatever the flush returned; a flush error is the result. Completions not polled yet
+/// are dropped. Regions still allocated stay valid until `openib_mem_free`. NULL is a no-op.
 ///
 /// # Safety
 /// `t` is NULL or a handle from `openib_open`, not closed before, that no other thread uses
@@ -503,8 +549,15 @@ pub unsafe extern "C" fn openib_close(t: *mut openib_t) -> c_int {
         }
         // SAFETY: `t` came from Box::into_raw in openib_open and is not used after this.
         let h = unsafe { Box::from_raw(t) };
-        // A poisoned lock (an earlier panic) still releases everything.
-        drop(h.inner.into_inner().unwrap_or_else(|p| p.into_inner()));
+        match h.inner.into_inner() {
+            // finalize releases everything even when its flush fails (then that is the error).
+            Ok(inner) => {
+                inner.t.finalize(CLOSE_FLUSH_TIMEOUT)?;
+            }
+            // A poisoned lock (an earlier call panicked, OPENIB_ERR_PANIC): the transport's
+            // state is not trusted to flush; release everything without it.
+            Err(p) => drop(p.into_inner()),
+        }
         Ok(OPENIB_OK)
     })
 }
@@ -589,7 +642,8 @@ pub unsafe extern "C" fn openib_set_handler(
     })
 }
 
-/// Sends `len` bytes of `buf` with `tag` to `peer` (copied: `buf` may be reused at once).
+/// Sends `len` bytes of `buf` with `tag` to `peer`, any size: eager up to the eager limit,
+/// rendezvous above it (copied either way: `buf` may be reused at once).
 ///
 /// # Safety
 /// `t` is NULL or a live handle; `buf` is readable for `len` bytes (NULL when `len` is 0 is
@@ -609,6 +663,55 @@ pub unsafe extern "C" fn openib_send(
         let token = h.lock()?.g.t.send(peer, tag, data)?;
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Sends `mem[offset..offset+len]` with `tag` to `peer`; above the eager limit without a copy
+/// (the peer reads the region), so the bytes must not change until the completion.
+///
+/// # Safety
+/// `t` is NULL or a live handle, `mem` NULL or a live region of it, `token_out` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn openib_send_mem(
+    t: *mut openib_t,
+    peer: u32,
+    tag: u8,
+    mem: *mut openib_mem_t,
+    offset: usize,
+    len: usize,
+    token_out: *mut u64,
+) -> c_int {
+    call("openib_send_mem", || {
+        // SAFETY: the caller's contract on `t` and `mem`.
+        let (h, m) = unsafe { (handle(t)?, region(mem)?) };
+        owned_by(m, h)?;
+        let token = h.lock()?.g.t.send_region(peer, tag, &m.mr, offset, len)?;
+        // SAFETY: the caller's contract on `token_out`.
+        unsafe { put_opt(token_out, token) };
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Immediate send of at most the eager limit: posted now, or [`OPENIB_ERR_BUSY`] (not
+/// connected yet, earlier operations queued, no credit or send slot). No token, no completion.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `buf` is readable for `len` bytes (NULL when `len` is 0 is
+/// allowed).
+#[no_mangle]
+pub unsafe extern "C" fn openib_sendi(
+    t: *mut openib_t,
+    peer: u32,
+    tag: u8,
+    buf: *const c_void,
+    len: usize,
+) -> c_int {
+    call("openib_sendi", || {
+        // SAFETY: the caller's contract on `t` and `buf`.
+        let (h, data) = unsafe { (handle(t)?, bytes(buf, len)?) };
+        h.lock()?.g.t.sendi(peer, tag, data)?;
         Ok(OPENIB_OK)
     })
 }
@@ -727,12 +830,7 @@ unsafe fn rdma(
     call(func, || {
         // SAFETY: the caller's contract on `t`, `mem` and `remote`.
         let (h, m, r) = unsafe { (handle(t)?, region(mem)?, remote_of(remote)?) };
-        if m.owner != h.id {
-            return Err(Fail::new(
-                OPENIB_ERR_INVALID,
-                "mem was allocated by another handle",
-            ));
-        }
+        owned_by(m, h)?;
         let mut l = h.lock()?;
         let token = if write {
             l.g.t.put(peer, &m.mr, offset, r, roffset, len)?
@@ -807,6 +905,102 @@ pub unsafe extern "C" fn openib_get(
             remote,
             roffset,
             len,
+            token_out,
+        )
+    }
+}
+
+/// A 64-bit atomic: the shared part of `openib_fetch_add` and `openib_compare_swap`.
+///
+/// # Safety
+/// As for `openib_fetch_add`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn atomic(
+    func: &str,
+    op: AtomicOp,
+    t: *mut openib_t,
+    peer: u32,
+    mem: *mut openib_mem_t,
+    offset: usize,
+    remote: *const openib_remote_t,
+    roffset: u64,
+    token_out: *mut u64,
+) -> c_int {
+    call(func, || {
+        // SAFETY: the caller's contract on `t`, `mem` and `remote`.
+        let (h, m, r) = unsafe { (handle(t)?, region(mem)?, remote_of(remote)?) };
+        owned_by(m, h)?;
+        let token = h.lock()?.g.t.atomic(peer, op, &m.mr, offset, r, roffset)?;
+        // SAFETY: the caller's contract on `token_out`.
+        unsafe { put_opt(token_out, token) };
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Atomically adds `add` to the 8 bytes of `remote` at `roffset` (8-byte aligned); the old
+/// value lands in `mem[offset..offset+8]` when the completion is reported.
+///
+/// # Safety
+/// `t` is NULL or a live handle, `mem` NULL or a live region of it, `remote` NULL or
+/// readable, `token_out` NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn openib_fetch_add(
+    t: *mut openib_t,
+    peer: u32,
+    mem: *mut openib_mem_t,
+    offset: usize,
+    remote: *const openib_remote_t,
+    roffset: u64,
+    add: u64,
+    token_out: *mut u64,
+) -> c_int {
+    // SAFETY: the same contract.
+    unsafe {
+        atomic(
+            "openib_fetch_add",
+            AtomicOp::FetchAdd { add },
+            t,
+            peer,
+            mem,
+            offset,
+            remote,
+            roffset,
+            token_out,
+        )
+    }
+}
+
+/// Atomically replaces the 8 bytes of `remote` at `roffset` (8-byte aligned) by `swap` if they
+/// equal `compare`; the old value lands in `mem[offset..offset+8]` when the completion is
+/// reported (it equals `compare` if the swap happened).
+///
+/// # Safety
+/// As for `openib_fetch_add`.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn openib_compare_swap(
+    t: *mut openib_t,
+    peer: u32,
+    mem: *mut openib_mem_t,
+    offset: usize,
+    remote: *const openib_remote_t,
+    roffset: u64,
+    compare: u64,
+    swap: u64,
+    token_out: *mut u64,
+) -> c_int {
+    // SAFETY: the same contract.
+    unsafe {
+        atomic(
+            "openib_compare_swap",
+            AtomicOp::CompareSwap { compare, swap },
+            t,
+            peer,
+            mem,
+            offset,
+            remote,
+            roffset,
             token_out,
         )
     }
@@ -906,6 +1100,29 @@ pub unsafe extern "C" fn openib_connect_all(t: *mut openib_t, timeout_ms: u32) -
     })
 }
 
+/// Removes the endpoints of `peers[0..n]` ([`Transport::del_procs`]): their queued and
+/// in-flight operations complete with [`OPENIB_ERR_ENDPOINT_FAILED`], their connections are
+/// released, and later operations to them give [`OPENIB_ERR_BAD_PEER`]. A rank outside the job
+/// is [`OPENIB_ERR_BAD_PEER`] (nothing removed); the own rank and removed ranks are ignored.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `peers` is readable for `n` ranks (NULL when `n` is 0 is
+/// allowed).
+#[no_mangle]
+pub unsafe extern "C" fn openib_del_procs(t: *mut openib_t, peers: *const u32, n: usize) -> c_int {
+    call("openib_del_procs", || {
+        // SAFETY: the caller's contract on `t` and `peers`.
+        let (h, peers) = unsafe { (handle(t)?, ranks(peers, n)?) };
+        if let Some(&peer) = peers.iter().find(|&&p| p >= h.size) {
+            return Err(TransportError::BadPeer { peer, size: h.size }.into());
+        }
+        let mut l = h.lock()?;
+        l.g.t.del_procs(peers);
+        l.g.gather();
+        Ok(OPENIB_OK)
+    })
+}
+
 /// The message of this thread's last failed call ("" if none failed yet); valid until the
 /// next failing call on this thread.
 #[no_mangle]
@@ -991,8 +1208,44 @@ mod tests {
                     OPENIB_ERR_INVALID
                 );
             }
+            assert_eq!(
+                openib_send_mem(null_mut(), 1, 1, null_mut(), 0, 0, null_mut()),
+                OPENIB_ERR_INVALID
+            );
+            assert_eq!(last(), "openib_send_mem: t is NULL");
+            assert_eq!(
+                openib_sendi(null_mut(), 1, 1, null(), 0),
+                OPENIB_ERR_INVALID
+            );
+            assert_eq!(last(), "openib_sendi: t is NULL");
+            assert_eq!(
+                openib_fetch_add(null_mut(), 1, null_mut(), 0, &r, 0, 1, null_mut()),
+                OPENIB_ERR_INVALID
+            );
+            assert_eq!(last(), "openib_fetch_add: t is NULL");
+            assert_eq!(
+                openib_compare_swap(null_mut(), 1, null_mut(), 0, &r, 0, 0, 1, null_mut()),
+                OPENIB_ERR_INVALID
+            );
+            assert_eq!(last(), "openib_compare_swap: t is NULL");
+            assert_eq!(openib_del_procs(null_mut(), null(), 0), OPENIB_ERR_INVALID);
+            assert_eq!(last(), "openib_del_procs: t is NULL");
             assert_eq!(openib_close(null_mut()), OPENIB_OK);
             assert_eq!(openib_mem_free(null_mut()), OPENIB_OK);
+        }
+    }
+
+    #[test]
+    fn rank_lists_are_checked() {
+        // SAFETY: every pointer is NULL or points to a local array of the length given.
+        unsafe {
+            assert_eq!(ranks(null(), 0).unwrap(), &[] as &[u32]);
+            assert_eq!(ranks(null(), 1).unwrap_err().code, OPENIB_ERR_INVALID);
+            let a = [3u32, 1, 2];
+            assert_eq!(ranks(a.as_ptr(), 3).unwrap(), &a);
+            // A pointer into the middle of a u32 is misaligned.
+            let p = a.as_ptr().cast::<u8>().wrapping_add(1).cast::<u32>();
+            assert_eq!(ranks(p, 1).unwrap_err().code, OPENIB_ERR_INVALID);
         }
     }
 
@@ -1109,6 +1362,21 @@ mod tests {
             ),
             (
                 TransportError::Wireup(PingError::Setup("x".into())),
+                OPENIB_ERR_SETUP,
+            ),
+            (TransportError::Busy { why: "no credit" }, OPENIB_ERR_BUSY),
+            (
+                TransportError::Misaligned { addr: 0x1004 },
+                OPENIB_ERR_INVALID,
+            ),
+            (
+                TransportError::Setting(openib_rs::config::ConfigError {
+                    name: "OPENIB_EAGER_LIMIT",
+                    value: "1".into(),
+                    origin: openib_rs::config::Source::Env,
+                    problem: "out of range".into(),
+                    allowed: "an integer from 64 to 65535".into(),
+                }),
                 OPENIB_ERR_SETUP,
             ),
         ];

@@ -197,7 +197,7 @@ int openib_get(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
  * regions of openib_mem_alloc are, so a roffset that is a multiple of 8 is) and inside the
  * region (OPENIB_ERR_RANGE), as must mem[offset, offset+8). When the completion with
  * *token_out (optional) is reported, the target's old value is in mem[offset, offset+8) in host
- * byte order (read it with memcpy when offset is not a multiple of 8). The atomics of one
+ * byte order (an offset that is a multiple of 8 keeps it aligned). The atomics of one
  * handle to one peer are executed in the order they were called. They are atomic with respect
  * to other RDMA atomics on the target, not to the target process's own loads and stores: the
  * owner reads the value after a message says the atomics are done (a message sent after their

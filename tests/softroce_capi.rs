@@ -1,8 +1,12 @@
 //! The C ABI on rxe0: `tests/c/exchange.c`, linked against libopenib.so, under
 //! `openib run -n 2`. Each rank checks every message (sizes 0 up to the eager limit, sent from
-//! two threads), a get and a put byte by byte, the reentrancy rule and that every token
-//! completes once; it exits 0 only if both ranks matched. Run twice in one boot: with the
-//! default eager limit, and with a small one (so messages wait for credits and send slots).
+//! two threads, and a third stream mixing rendezvous sizes up to 1 MiB with eager ones, two of
+//! them by `openib_send_mem`), a get and a put byte by byte, `openib_sendi` retried on BUSY,
+//! fetch-and-add and compare-and-swap on rank 0's counters (old values at rank 1, final values
+//! at rank 0, misaligned and out-of-range atomics refused), the reentrancy rule, that every
+//! token completes once, and `openib_del_procs` with a get in flight; it exits 0 only if both
+//! ranks matched. Run twice in one boot: with the default eager limit, and with a small one (so
+//! messages wait for credits and send slots).
 
 #[path = "softroce/harness.rs"]
 mod harness;
@@ -37,6 +41,19 @@ fn c_program_exchanges_checked_data_through_libopenib() {
                 .find(|l| l.starts_with(&want))
                 .unwrap_or_else(|| panic!("{section}: no summary of rank {rank}:\n{text}"));
             assert!(line.contains(&format!("sizes 0..{limit}")), "{line}");
+            // tests/c/exchange.c's large_len: 9 of the 15 are above either eager limit.
+            assert!(
+                line.contains("15 mixed messages (9 rendezvous, up to 1048576 B, "),
+                "{line}"
+            );
+            assert!(line.contains(", 300 sendi ("), "{line}");
+            let atomics = if rank == 1 {
+                "atomics ok (66 old values)"
+            } else {
+                "atomics ok (counters 0x123456789abcdef, 32)"
+            };
+            assert!(line.contains(atomics), "{line}");
+            assert!(line.contains("del_procs ok"), "{line}");
             assert!(line.ends_with("peer ok"), "{line}");
         }
         eprint!("{section}:\n{text}");

@@ -27,6 +27,10 @@ pub struct StressArgs {
     /// Largest message in bytes.
     #[arg(long, default_value_t = 4 << 20)]
     pub max_size: usize,
+    /// Size distribution: `log` (log-uniform from 0 B to --max-size) or `mpi` (90% log-uniform
+    /// up to 8 KiB, 9% up to 256 KiB, 1% up to --max-size: mostly small, as MPI traffic is).
+    #[arg(long, default_value = "log", value_parser = ["log", "mpi"])]
+    pub dist: String,
     /// Sending threads per rank.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
@@ -82,12 +86,23 @@ fn mix(mut x: u64) -> u64 {
     x ^ (x >> 33)
 }
 
-/// Size of message `i` of stream (src, thread, dst): log-uniform in 0..=max, some zero-length.
-fn size_of(seed: u64, src: u32, thread: usize, dst: u32, i: u64, max: usize) -> usize {
+/// Size of message `i` of stream (src, thread, dst): log-uniform in 0..=max (with `mpi`, max
+/// is 8 KiB, 256 KiB or `max` with probabilities 0.9, 0.09, 0.01), some zero-length.
+#[allow(clippy::too_many_arguments)]
+fn size_of(seed: u64, src: u32, thread: usize, dst: u32, i: u64, max: usize, mpi: bool) -> usize {
     let r = mix(seed ^ mix((src as u64) << 40 ^ (thread as u64) << 32 ^ (dst as u64) << 20 ^ i));
     if r % 32 == 0 {
         return 0;
     }
+    let max = if !mpi {
+        max
+    } else {
+        match (r >> 5) % 100 {
+            0 => max,
+            1..=9 => max.min(256 << 10),
+            _ => max.min(8 << 10),
+        }
+    };
     let bits = (max as f64 + 1.0).log2();
     let e = (r >> 11) as f64 / (1u64 << 53) as f64 * bits;
     ((e.exp2() - 1.0) as usize).min(max)
@@ -142,6 +157,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     let recv = Arc::new(Mutex::new(Received::default()));
     let max = a.max_size;
     let seed = a.seed;
+    let mpi = a.dist == "mpi";
     for th in 0..threads {
         let recv = recv.clone();
         t.on_tag(
@@ -149,7 +165,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             Box::new(move |src, data| {
                 let mut r = recv.lock().expect("recv");
                 let i = *r.next.get(&(src, th)).unwrap_or(&0);
-                let want = size_of(seed, src, th, me, i, max);
+                let want = size_of(seed, src, th, me, i, max, mpi);
                 let mut exp = vec![0u8; want];
                 fill(&mut exp, stream_key(src, th, i));
                 if data.len() != want || data != exp.as_slice() {
@@ -268,7 +284,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                 for k in 0..n {
                     let dst = peers[(k % peers.len() as u64) as usize];
                     let i = idx.entry(dst).or_insert(0);
-                    let len = size_of(seed, me, th, dst, *i, max);
+                    let len = size_of(seed, me, th, dst, *i, max, mpi);
                     // A fresh buffer each time: freed addresses get reused by the allocator.
                     buf.clear();
                     buf.resize(len, 0);

@@ -956,18 +956,9 @@ impl Transport {
     pub fn del_procs(&mut self, peers: &[u32]) {
         for &p in peers {
             self.fail(p, "endpoint removed by del_procs".into());
-            if let Some(mut ep) = self.eps.remove(&p) {
-                for (_, (src, _)) in ep.outgoing.drain() {
-                    if let Source::Cached(m) = src {
-                        self.cache.give_back(m);
-                    }
-                }
-                for (_, inc) in ep.incoming.drain() {
-                    if let Some(m) = inc.buf {
-                        self.cache.give_back(m);
-                    }
-                }
-            }
+            // fail() released the endpoint's transfers; dropping it releases the QP, then
+            // its buffers (field order).
+            self.eps.remove(&p);
         }
     }
 
@@ -1469,22 +1460,24 @@ impl Transport {
                 Posted::Read { .. } => {}
             }
         }
+        // Stop the QP before releasing buffers its requests name; buffers of transfers that were
+        // in flight are deregistered, never lent again.
+        if let Some(c) = &ep.conn {
+            let _ = c.qp.to_error();
+        }
         for (_, (src, token)) in ep.outgoing.drain() {
             tokens.push(token);
             if let Source::Cached(m) = src {
-                self.cache.give_back(m);
+                self.cache.discard(m);
             }
         }
         for (_, inc) in ep.incoming.drain() {
             if let Some(m) = inc.buf {
-                self.cache.give_back(m);
+                self.cache.discard(m);
             }
         }
         ep.to_read.clear();
         ep.fins.clear();
-        if let Some(c) = &ep.conn {
-            let _ = c.qp.to_error();
-        }
         for token in tokens.into_iter().filter(|t| *t != 0) {
             self.done.push(Completion::Failed {
                 peer,

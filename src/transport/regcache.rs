@@ -121,6 +121,13 @@ impl<R: Pinned> RegCache<R> {
         }
     }
 
+    /// A transfer that failed is done with `r`, but the device may still be reading or
+    /// writing it for a queue pair in error: deregister it now instead of lending it again.
+    pub fn discard(&mut self, r: R) {
+        self.stats.in_use -= r.pinned_len() as u64;
+        drop(r);
+    }
+
     fn evict_oldest(&mut self) {
         if let Some(r) = self.idle.pop_front() {
             self.stats.idle -= r.pinned_len() as u64;

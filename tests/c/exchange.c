@@ -588,7 +588,7 @@ static int run_atomics(struct state *st, openib_mem_t *res, double deadline) {
 static int remove_peer(struct state *st, openib_mem_t *res) {
     openib_completion_t c;
     uint64_t token = 0;
-    uint32_t bad = 2; /* the job has 2 ranks */
+    uint32_t bad = (uint32_t)openib_size(st->t); /* one past the last rank */
     int rc, got = 0, in_flight;
     if (openib_del_procs(st->t, &bad, 1) != OPENIB_ERR_BAD_PEER)
         FAIL(st, "openib_del_procs of rank 2 of 2 was not refused with OPENIB_ERR_BAD_PEER");
@@ -638,6 +638,7 @@ int main(int argc, char **argv) {
     pthread_t threads[2];
     uint64_t token;
     uint8_t verdict;
+    char atomics[64];
     double deadline = now() + TIMEOUT_S;
     int rc, k, size, ok, atomics_ok = 0, removed = 0;
     uint32_t n = argc > 1 ? (uint32_t)strtoul(argv[1], NULL, 10) : 200, busy = 0;
@@ -816,6 +817,13 @@ out:
     openib_mem_free(res);
 
     ok = !st.errors && st.peer_verdict;
+    if (!atomics_ok)
+        snprintf(atomics, sizeof atomics, "not checked");
+    else if (st.rank == 1)
+        snprintf(atomics, sizeof atomics, "ok (%d old values)", ATOMIC_N);
+    else
+        snprintf(atomics, sizeof atomics, "ok (counters %#llx, %d)", (unsigned long long)MAGIC,
+                 CAS_N);
     printf("exchange: rank %u %s: %u messages each way (%llu bytes received, sizes 0..%zu, "
            "2 sender threads), %u mixed messages (%u rendezvous, up to %zu B, %llu bytes, "
            "2 by send_mem), %u sendi (%u busy), get %d B and put %d B checked, atomics %s, "
@@ -823,11 +831,7 @@ out:
            st.rank, ok ? "ok" : "FAILED", st.rx[0].next + st.rx[1].next,
            (unsigned long long)(st.rx[0].bytes + st.rx[1].bytes), st.limit, st.rx_large.next,
            st.rx_large.rndv, st.rx_large.max, (unsigned long long)st.rx_large.bytes,
-           st.rx_sendi.next, busy, GET_LEN, PUT_LEN,
-           !atomics_ok      ? "not checked"
-           : st.rank == 1 ? "ok (34 old values)"
-                          : "ok (counters)",
-           removed ? "ok" : "not checked", st.n_completed,
+           st.rx_sendi.next, busy, GET_LEN, PUT_LEN, atomics, removed ? "ok" : "not checked", st.n_completed,
            st.peer_done ? (st.peer_verdict ? "ok" : "FAILED") : "silent",
            st.errors ? "; first error: " : "", st.errors ? st.first_error : "");
     free(st.issued);

@@ -171,9 +171,19 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
         let mut start = Instant::now();
+        // Each round trip's half, for the median (perftest's t_typical).
+        let mut halves = Vec::with_capacity(iters as usize);
+        let mut lap = Instant::now();
         for i in 0..=iters {
             if i == 1 {
                 start = Instant::now(); // the first round trip warms up
+            }
+            if i >= 1 {
+                let now = Instant::now();
+                if i >= 2 {
+                    halves.push(now.duration_since(lap).as_secs_f64() * 1e6 / 2.0);
+                }
+                lap = now;
             }
             inbox.capture.store(i == 0, Ordering::Release);
             // Count what we expect rather than sampling the inbox: a message may already be
@@ -194,6 +204,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             }
         }
         let latency_us = start.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
+        halves.push(lap.elapsed().as_secs_f64() * 1e6 / 2.0);
+        halves.sort_by(f64::total_cmp);
+        let latency_median_us = halves[halves.len() / 2];
         inbox.capture.store(false, Ordering::Release);
         // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
         let t0 = Instant::now();
@@ -240,11 +253,10 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         } else {
             None
         };
-        results.push(
-            json!({"size": size, "latency_us": latency_us, "bandwidth_mb_s": bandwidth,
+        results.push(json!({"size": size, "latency_us": latency_us,
+            "latency_median_us": latency_median_us, "bandwidth_mb_s": bandwidth,
             "put_bandwidth_mb_s": put_bandwidth, "iterations": iters,
-            "path": if size <= eager { "eager" } else { "rendezvous" }}),
-        );
+            "path": if size <= eager { "eager" } else { "rendezvous" }}));
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
     if me == 0 {
@@ -262,14 +274,18 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 wireup_us
             );
             println!(
-                "{:>9} {:>12} {:>14}  path",
-                "size", "latency us", "bandwidth MB/s"
+                "{:>9} {:>12} {:>12} {:>14} {:>14}  path",
+                "size", "latency us", "median us", "bandwidth MB/s", "put MB/s"
             );
             for r in &results {
+                let put = r["put_bandwidth_mb_s"]
+                    .as_f64()
+                    .map_or("-".to_string(), |b| format!("{b:.1}"));
                 println!(
-                    "{:>9} {:>12.2} {:>14.1}  {}",
+                    "{:>9} {:>12.2} {:>12.2} {:>14.1} {put:>14}  {}",
                     r["size"].as_u64().unwrap_or(0),
                     r["latency_us"].as_f64().unwrap_or(0.0),
+                    r["latency_median_us"].as_f64().unwrap_or(0.0),
                     r["bandwidth_mb_s"].as_f64().unwrap_or(0.0),
                     r["path"].as_str().unwrap_or("")
                 );

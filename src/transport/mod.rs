@@ -43,12 +43,33 @@ use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
 use flow::{fragments, Credits, Reorder};
 use openib_cpc::Connection;
-use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, SendRequest, WorkCompletion};
+use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, WorkCompletion};
 use regcache::{CacheStats, RegCache};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::{Header, Kind, Rts, HDR, RTS_LEN};
+
+/// Maps keyed by small integers (request ids, sequence numbers, QP numbers) on the hot path:
+/// a multiplicative hash instead of SipHash (the keys come from this process, not from peers).
+type IdMap<V> = HashMap<u32, V, std::hash::BuildHasherDefault<IdHash>>;
+
+#[derive(Default)]
+struct IdHash(u64);
+
+impl std::hash::Hasher for IdHash {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8 | b as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u32(&mut self, n: u32) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
 
 /// A message tag (1..=255; 0 is the transport's own).
 pub type Tag = u8;
@@ -316,14 +337,14 @@ struct Endpoint {
     free_send: Vec<usize>,
     credits: Credits,
     next_seq: u32,
-    posted: HashMap<u32, Posted>,
+    posted: IdMap<Posted>,
     next_id: u32,
     pending: VecDeque<Op>,
     /// FINs to send (sequence numbers of finished incoming rendezvous).
     fins: VecDeque<u32>,
     /// Our rendezvous sends awaiting the peer's FIN: seq -> (source, token).
-    outgoing: HashMap<u32, (Source, u64)>,
-    incoming: HashMap<u32, Incoming>,
+    outgoing: IdMap<(Source, u64)>,
+    incoming: IdMap<Incoming>,
     /// Incoming rendezvous with fragments left to post, in arrival order.
     to_read: VecDeque<u32>,
     reorder: Reorder<Ready>,
@@ -351,12 +372,12 @@ impl Endpoint {
             free_send: Vec::new(),
             credits: Credits::new(CTL_RESERVE + 1, CTL_RESERVE),
             next_seq: 0,
-            posted: HashMap::new(),
+            posted: IdMap::default(),
             next_id: 0,
             pending: VecDeque::new(),
             fins: VecDeque::new(),
-            outgoing: HashMap::new(),
-            incoming: HashMap::new(),
+            outgoing: IdMap::default(),
+            incoming: IdMap::default(),
             to_read: VecDeque::new(),
             reorder: Reorder::default(),
             stats: EndpointStats::default(),
@@ -423,17 +444,13 @@ impl Endpoint {
         b[HDR..].copy_from_slice(payload);
         let sge = mr.sge(slot * slot_len, HDR + payload.len())?;
         let id = self.id();
-        self.conn
-            .as_ref()
-            .expect("connected")
-            .qp
-            .post_send(&SendRequest {
-                wr_id: wr(peer, KIND_SQ, id),
-                op: SendOp::Send,
-                sges: vec![sge],
-                signaled: true,
-                inline: HDR + payload.len() <= 64,
-            })?;
+        self.conn.as_ref().expect("connected").qp.post_send_sge(
+            wr(peer, KIND_SQ, id),
+            SendOp::Send,
+            &sge,
+            true,
+            HDR + payload.len() <= 64,
+        )?;
         if kind == Kind::Credit {
             self.credits.ctl -= 1;
             self.stats.credit_messages += 1;
@@ -452,17 +469,13 @@ impl Endpoint {
         p: Posted,
     ) -> Result<(), TransportError> {
         let id = self.id();
-        self.conn
-            .as_ref()
-            .expect("connected")
-            .qp
-            .post_send(&SendRequest {
-                wr_id: wr(peer, KIND_SQ, id),
-                op,
-                sges: vec![sge],
-                signaled: true,
-                inline: false,
-            })?;
+        self.conn.as_ref().expect("connected").qp.post_send_sge(
+            wr(peer, KIND_SQ, id),
+            op,
+            &sge,
+            true,
+            false,
+        )?;
         self.posted.insert(id, p);
         Ok(())
     }
@@ -481,18 +494,23 @@ pub struct Transport {
     w: Wireup,
     rt: Box<dyn Runtime>,
     cfg: TransportConfig,
-    handlers: HashMap<Tag, Handler>,
+    handlers: Vec<Option<Handler>>,
     done: Vec<Completion>,
     next_token: u64,
     wcs: Vec<WorkCompletion>,
     last_service_poll: Instant,
     progress_calls: u32,
+    /// Endpoints whose rendezvous reads wait (for the cache's bound or the send queue), as of
+    /// the last `drain`; they are retried on every progress call.
+    reads_waiting: usize,
+    /// Peers touched by one progress call (kept to reuse its allocation).
+    touched: Vec<u32>,
     /// Endpoints in `Connecting` (services are polled on every progress while any is).
     connecting: usize,
     /// Receive buffers posted by the CPCs' prepare hook, by QP number, until `attach`.
     preposted: Arc<Mutex<HashMap<u32, MemoryRegion>>>,
     /// QP number -> peer of attached connections (receive completions name the QP).
-    qp_peer: HashMap<u32, u32>,
+    qp_peer: IdMap<u32>,
     /// Receive completions of QPs not attached yet (the peer's first message can arrive
     /// before the CPC hands the connection over).
     early: Vec<WorkCompletion>,
@@ -514,10 +532,7 @@ impl Transport {
             Arc::new(move |qp: &openib_sys::QueuePair| {
                 let mr = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
                 for i in 0..depth {
-                    qp.post_recv(&RecvRequest {
-                        wr_id: wr(ANY_PEER, KIND_RECV, i as u32),
-                        sges: vec![mr.sge(i * slot, slot)?],
-                    })?;
+                    qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, i as u32), &mr.sge(i * slot, slot)?)?;
                 }
                 preposted
                     .lock()
@@ -535,15 +550,17 @@ impl Transport {
             w,
             rt,
             cfg,
-            handlers: HashMap::new(),
+            handlers: (0..=255).map(|_| None).collect(),
             done: Vec::new(),
             next_token: 1,
             wcs: Vec::with_capacity(64),
             last_service_poll: Instant::now(),
             progress_calls: 0,
+            reads_waiting: 0,
+            touched: Vec::new(),
             connecting: 0,
             preposted,
-            qp_peer: HashMap::new(),
+            qp_peer: IdMap::default(),
             early: Vec::new(),
         })
     }
@@ -578,7 +595,7 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
-        self.handlers.insert(tag, handler);
+        self.handlers[tag as usize] = Some(handler);
         Ok(())
     }
 
@@ -1018,10 +1035,15 @@ impl Transport {
             lp.send_cq.poll(&mut wcs, 32)?;
         }
         let n = wcs.len();
+        if n == 0 && self.reads_waiting == 0 {
+            self.wcs = wcs;
+            return Ok(0);
+        }
         // A QP in error flushes its other requests: report the error that caused it, which
         // may sit behind the flushes in this batch (or on the other queue).
         wcs.sort_by_key(|wc| wc.is_flush());
-        let mut touched: Vec<u32> = Vec::new();
+        let mut touched = std::mem::take(&mut self.touched);
+        touched.clear();
         for wc in &wcs {
             let (mut peer, kind, id) = unwr(wc.wr_id);
             if peer == ANY_PEER {
@@ -1060,18 +1082,22 @@ impl Transport {
         touched.sort_unstable();
         touched.dedup();
         // Reads waiting for the cache's bound may start after another endpoint freed memory.
-        touched.extend(
-            self.eps
-                .iter()
-                .filter(|(p, e)| !e.to_read.is_empty() && touched.binary_search(p).is_err())
-                .map(|(p, _)| *p)
-                .collect::<Vec<_>>(),
-        );
-        for p in touched {
+        if self.reads_waiting > 0 {
+            touched.extend(
+                self.eps
+                    .iter()
+                    .filter(|(p, e)| !e.to_read.is_empty() && touched.binary_search(p).is_err())
+                    .map(|(p, _)| *p)
+                    .collect::<Vec<_>>(),
+            );
+        }
+        for &p in &touched {
             if let Err(e) = self.drain(p) {
                 self.fail(p, e.to_string());
             }
         }
+        self.touched = touched;
+        self.reads_waiting = self.eps.values().filter(|e| !e.to_read.is_empty()).count();
         Ok(n)
     }
 
@@ -1300,10 +1326,10 @@ impl Transport {
             }
         }
         let ctl = h.kind == Kind::Credit;
-        conn.qp.post_recv(&RecvRequest {
-            wr_id: wr(ANY_PEER, KIND_RECV, slot as u32),
-            sges: vec![mr.sge(slot * slot_len, slot_len)?],
-        })?;
+        conn.qp.post_recv_sge(
+            wr(ANY_PEER, KIND_RECV, slot as u32),
+            &mr.sge(slot * slot_len, slot_len)?,
+        )?;
         ep.credits.reposted(ctl);
         Ok(())
     }
@@ -1517,8 +1543,8 @@ impl Transport {
     }
 }
 
-fn call(handlers: &mut HashMap<Tag, Handler>, peer: u32, tag: Tag, data: &[u8]) {
-    match handlers.get_mut(&tag) {
+fn call(handlers: &mut [Option<Handler>], peer: u32, tag: Tag, data: &[u8]) {
+    match handlers[tag as usize].as_mut() {
         Some(h) => h(peer, data),
         None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
     }

@@ -105,22 +105,27 @@ impl CompletionQueue {
     /// how many were appended.
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         const BATCH: usize = 32;
-        let mut wcs: [v::ibv_wc; BATCH] = [v::ibv_wc::default(); BATCH];
+        // Not zeroed: this runs on every progress call of a busy-polling transport, and the
+        // provider writes the entries it returns.
+        let mut wcs: [std::mem::MaybeUninit<v::ibv_wc>; BATCH] =
+            [std::mem::MaybeUninit::uninit(); BATCH];
         let want = max.min(BATCH) as i32;
         // SAFETY: `poll_cq` is the provider's op (the body of the inline ibv_poll_cq); `wcs` has
-        // room for `want` entries.
+        // room for `want` entries (`MaybeUninit<T>` has `T`'s layout).
         let n = unsafe {
             let ctx = (*self.inner.raw).context;
             let poll = (*ctx).ops.poll_cq.ok_or(Error::InvalidArgument {
                 verb: "ibv_poll_cq",
                 what: "provider has no poll_cq".into(),
             })?;
-            poll(self.inner.raw, want, wcs.as_mut_ptr())
+            poll(self.inner.raw, want, wcs.as_mut_ptr().cast())
         };
         if n < 0 {
             return Err(Error::from_rc("ibv_poll_cq", n, ""));
         }
         for wc in &wcs[..n as usize] {
+            // SAFETY: the provider initialised the first `n` entries.
+            let wc = unsafe { wc.assume_init_ref() };
             out.push(WorkCompletion {
                 wr_id: wc.wr_id,
                 status: wc.status,

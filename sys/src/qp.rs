@@ -282,18 +282,44 @@ impl QueuePair {
     /// Posts one send-queue request (the body of the inline `ibv_post_send`).
     pub fn post_send(&self, req: &SendRequest) -> Result<()> {
         let mut sges = crate::qp::raw_sges(&req.sges);
+        self.post_send_list(req.wr_id, req.op, &mut sges, req.signaled, req.inline)
+    }
+
+    /// [`QueuePair::post_send`] of a request with one entry, without allocating (the hot path
+    /// of a transport).
+    pub fn post_send_sge(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        sge: &Sge,
+        signaled: bool,
+        inline: bool,
+    ) -> Result<()> {
+        let mut one = [v::ibv_sge {
+            addr: sge.addr,
+            length: sge.length,
+            lkey: sge.lkey,
+        }];
+        self.post_send_list(wr_id, op, &mut one, signaled, inline)
+    }
+
+    fn post_send_list(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        sges: &mut [v::ibv_sge],
+        signaled: bool,
+        inline: bool,
+    ) -> Result<()> {
         let mut wr = v::ibv_send_wr {
-            wr_id: req.wr_id,
+            wr_id,
             sg_list: sges.as_mut_ptr(),
             num_sge: sges.len() as i32,
-            send_flags: (if req.signaled {
-                v::IBV_SEND_SIGNALED
-            } else {
-                0
-            }) | (if req.inline { v::IBV_SEND_INLINE } else { 0 }),
+            send_flags: (if signaled { v::IBV_SEND_SIGNALED } else { 0 })
+                | (if inline { v::IBV_SEND_INLINE } else { 0 }),
             ..Default::default()
         };
-        match req.op {
+        match op {
             SendOp::Send => wr.opcode = v::IBV_WR_SEND,
             SendOp::SendWithImm { imm } => {
                 wr.opcode = v::IBV_WR_SEND_WITH_IMM;
@@ -376,8 +402,22 @@ impl QueuePair {
     /// Posts one receive request (the body of the inline `ibv_post_recv`).
     pub fn post_recv(&self, req: &RecvRequest) -> Result<()> {
         let mut sges = crate::qp::raw_sges(&req.sges);
+        self.post_recv_list(req.wr_id, &mut sges)
+    }
+
+    /// [`QueuePair::post_recv`] of one entry, without allocating.
+    pub fn post_recv_sge(&self, wr_id: u64, sge: &Sge) -> Result<()> {
+        let mut one = [v::ibv_sge {
+            addr: sge.addr,
+            length: sge.length,
+            lkey: sge.lkey,
+        }];
+        self.post_recv_list(wr_id, &mut one)
+    }
+
+    fn post_recv_list(&self, wr_id: u64, sges: &mut [v::ibv_sge]) -> Result<()> {
         let mut wr = v::ibv_recv_wr {
-            wr_id: req.wr_id,
+            wr_id,
             next: std::ptr::null_mut(),
             sg_list: sges.as_mut_ptr(),
             num_sge: sges.len() as i32,

@@ -1,7 +1,8 @@
 //! Fault injection for tests and users: `OPENIB_FAULT=<point>:<rank>[,<point>:<rank>...]` makes
 //! that rank kill itself with SIGKILL when it reaches the named point, so each failure case can
 //! be reproduced. Points: `before-put`, `after-put` (after the commit, before the fence),
-//! `in-connect` (after starting its connections, before they finish).
+//! `in-connect` (after starting its connections, before they finish), `in-transfer` (half
+//! way through the messages of `openib stress`).
 
 /// Dies here (SIGKILL) if `OPENIB_FAULT` names `point` for `rank`. A malformed `OPENIB_FAULT`
 /// injects nothing and says so on stderr (once).
@@ -18,7 +19,11 @@ pub fn point(point: &str, rank: u32) {
         .iter()
         .any(|&(p, r)| p == point && r == u64::from(rank));
     if hit {
-        eprintln!("openib: OPENIB_FAULT: rank {rank} dies at {point}");
+        let ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_millis())
+            .unwrap_or(0);
+        eprintln!("openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})");
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     }
 }

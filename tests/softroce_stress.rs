@@ -25,6 +25,7 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
          echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
          echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
          echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
+         echo '=== survive'; OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 400 --max-size 200000 --threads 2 --puts 10 --atomics 10 --seed 12 2>&1; echo rc=$?\n\
          echo '=== rnr-after'; {rnr}; echo\n\
          echo '=== end'\n"
     );
@@ -71,6 +72,38 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
             assert!(rndv > 0, "the large run used the rendezvous path: {text}");
         }
         eprintln!("{name}: {}", text.trim());
+    }
+    // Rank 2 dies half way through its messages: ranks 0 and 1 finish everything between
+    // themselves (every message, put, get and atomic checked), agree that rank 2 failed, and
+    // noticed within a bound.
+    let text = sec("survive");
+    let died: u64 = text
+        .split("unix ms ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no death time: {text}"));
+    let lines: Vec<Value> = text
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("survive ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "two survivors: {text}");
+    for v in &lines {
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!(v["failed"], serde_json::json!([2]), "{v}");
+        let noticed = v["noticed_unix_ms"].as_u64().unwrap();
+        assert!(
+            noticed + 1000 >= died && noticed < died + 30_000,
+            "rank {} noticed the death {} ms after it: {v}",
+            v["rank"],
+            noticed as i64 - died as i64
+        );
+        eprintln!(
+            "survive: rank {} noticed rank 2's death after {} ms",
+            v["rank"],
+            noticed as i64 - died as i64
+        );
     }
     assert_eq!(
         sec("rnr-before").trim(),

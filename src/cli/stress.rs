@@ -12,7 +12,9 @@
 use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
-use crate::transport::{Completion, RemoteRegion, SharedTransport, Transport, TransportConfig};
+use crate::transport::{
+    Completion, EndpointState, RemoteRegion, SharedTransport, Transport, TransportConfig,
+};
 use serde_json::json;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -54,6 +56,11 @@ pub struct StressArgs {
     /// Print one JSON line per rank.
     #[arg(long)]
     pub json: bool,
+    /// Keep going when peers die (fail-stop; `OPENIB_FAULT=in-transfer:R` kills rank R half way
+    /// through its messages): traffic between the survivors is still checked in full, the dead
+    /// are reported in "failed".
+    #[arg(long)]
+    pub survive: bool,
 }
 
 const TAG_REGION: u8 = 2;
@@ -233,29 +240,51 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         Arc::new((0..threads).map(|_| AtomicUsize::new(0)).collect());
     let failed = Arc::new(AtomicBool::new(false));
     let failures: Arc<Mutex<Vec<String>>> = Default::default();
+    // Peers found dead (with --survive), and when this rank first noticed one (Unix ms).
+    let dead: Arc<Mutex<std::collections::BTreeSet<u32>>> = Default::default();
+    let noticed_ms = Arc::new(AtomicU64::new(0));
+    let survive = a.survive;
     let reap = {
-        let (owner, outstanding, failures, failed) = (
+        let (owner, outstanding, failures, failed, dead, noticed_ms) = (
             owner.clone(),
             outstanding.clone(),
             failures.clone(),
             failed.clone(),
+            dead.clone(),
+            noticed_ms.clone(),
         );
         move |t: &SharedTransport| -> Result<(), String> {
             let mut g = t.lock();
             g.progress().map_err(|e| e.to_string())?;
             let done = g.take_completions();
             let mut o = owner.lock().expect("owner");
+            let mut d = dead.lock().expect("dead");
             for c in done {
                 let (token, err) = match c {
                     Completion::Done { token, .. } => (token, None),
-                    Completion::Failed { token, error, .. } => (token, Some(error)),
+                    Completion::Failed { token, error, peer } => (token, Some((peer, error))),
                 };
                 if let Some(th) = o.remove(&token) {
                     outstanding[th].fetch_sub(1, Ordering::AcqRel);
                 }
-                if let Some(e) = err {
-                    failed.store(true, Ordering::Release);
-                    failures.lock().expect("failures").push(e);
+                if let Some((peer, e)) = err {
+                    if survive {
+                        d.insert(peer);
+                    } else {
+                        failed.store(true, Ordering::Release);
+                        failures.lock().expect("failures").push(e);
+                    }
+                }
+            }
+            if survive {
+                for p in g.peers() {
+                    if matches!(g.endpoint_state(p), Some(EndpointState::Failed(_))) {
+                        d.insert(p);
+                    }
+                }
+                d.extend(g.runtime().failed());
+                if !d.is_empty() && noticed_ms.load(Ordering::Acquire) == 0 {
+                    noticed_ms.store(unix_ms(), Ordering::Release);
                 }
             }
             Ok(())
@@ -268,12 +297,13 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     std::thread::scope(|s| -> Result<(), String> {
         let mut hs = Vec::new();
         for th in 0..threads {
-            let (t, owner, outstanding, reap, failed) = (
+            let (t, owner, outstanding, reap, failed, dead) = (
                 t.clone(),
                 owner.clone(),
                 outstanding.clone(),
                 reap.clone(),
                 failed.clone(),
+                dead.clone(),
             );
             let peers = peers.clone();
             let n = per_thread(th);
@@ -282,7 +312,13 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                 let mut idx: HashMap<u32, u64> = HashMap::new();
                 let mut buf = Vec::new();
                 for k in 0..n {
+                    if th == 0 && k == n / 2 {
+                        crate::fault::point("in-transfer", me);
+                    }
                     let dst = peers[(k % peers.len() as u64) as usize];
+                    if dead.lock().expect("dead").contains(&dst) {
+                        continue;
+                    }
                     let i = idx.entry(dst).or_insert(0);
                     let len = size_of(seed, me, th, dst, *i, max, mpi);
                     // A fresh buffer each time: freed addresses get reused by the allocator.
@@ -297,9 +333,14 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                         }
                     }
                     let mut g = t.lock();
-                    let token = g
-                        .send(dst, TAG_STREAM + th as u8, &buf)
-                        .map_err(|e| e.to_string())?;
+                    let token = match g.send(dst, TAG_STREAM + th as u8, &buf) {
+                        Ok(token) => token,
+                        Err(e) if survive && is_peer_failure(&e) => {
+                            dead.lock().expect("dead").insert(dst);
+                            continue;
+                        }
+                        Err(e) => return Err(e.to_string()),
+                    };
                     owner.lock().expect("owner").insert(token, th);
                     outstanding[th].fetch_add(1, Ordering::AcqRel);
                     drop(g);
@@ -331,15 +372,38 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         )
     })?;
     let recv_deadline = Instant::now() + timeout;
-    while recv.lock().expect("recv").messages < expected_total {
+    // Everything from every live peer (a dead one's messages are checked as far as they came).
+    let missing = |recv: &Received, dead: &std::collections::BTreeSet<u32>| -> Vec<u32> {
+        peers
+            .iter()
+            .copied()
+            .filter(|p| !dead.contains(p))
+            .filter(|&p| {
+                let got: u64 = (0..threads)
+                    .map(|th| recv.next.get(&(p, th)).copied().unwrap_or(0))
+                    .sum();
+                got < expected_from(p)
+            })
+            .collect()
+    };
+    loop {
+        let m = missing(&recv.lock().expect("recv"), &dead.lock().expect("dead"));
+        if m.is_empty() {
+            break;
+        }
         reap(&t)?;
         if Instant::now() > recv_deadline {
             return Err(format!(
-                "received {} of {expected_total} messages",
+                "received {} of {expected_total} messages (missing some from {m:?})",
                 recv.lock().expect("recv").messages
             ));
         }
     }
+    let live: Vec<u32> = {
+        let d = dead.lock().expect("dead");
+        peers.iter().copied().filter(|p| !d.contains(p)).collect()
+    };
+    let peers = live;
     let stream_secs = send_start.elapsed().as_secs_f64();
 
     // 2. Put then get random ranges of this rank's slice of each peer's landing region.
@@ -442,7 +506,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         })
         .map_err(|e| e.to_string())?;
         let v = |o: usize| u64::from_ne_bytes(counters.as_slice()[o..o + 8].try_into().expect("8"));
-        let want = (size as u64 - 1) * threads as u64 * a.atomics;
+        let want = peers.len() as u64 * threads as u64 * a.atomics;
         if v(0) != want || v(8) != want {
             return Err(format!(
                 "atomic counters are {} (fetch-and-add) and {} (compare-and-swap), expected {want}",
@@ -454,6 +518,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             t.send(p, TAG_DONE, &[2]).map_err(|e| e.to_string())?;
         }
     }
+    let failed_ranks: Vec<u32> = dead.lock().expect("dead").iter().copied().collect();
     let r = recv.lock().expect("recv");
     if !r.errors.is_empty() {
         return Err(format!(
@@ -494,6 +559,8 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     Ok(json!({
         "rank": me,
         "ok": true,
+        "failed": failed_ranks,
+        "noticed_unix_ms": (noticed_ms.load(Ordering::Acquire) > 0).then(|| noticed_ms.load(Ordering::Acquire)),
         "threads": threads,
         "sent": a.messages,
         "received": messages,
@@ -508,6 +575,19 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         "resources_left": resources.map(|r| r.into_iter().collect::<HashMap<_, _>>()),
         "secs": t0.elapsed().as_secs_f64(),
     }))
+}
+
+fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Whether an error means the peer (its endpoint) is gone rather than a bug here.
+fn is_peer_failure(e: &crate::transport::TransportError) -> bool {
+    use crate::transport::TransportError as E;
+    matches!(e, E::EndpointFailed { .. } | E::NoPath { .. })
 }
 
 /// Runs `start` under the lock and progresses until its token completes.

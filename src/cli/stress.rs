@@ -262,7 +262,9 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             for c in done {
                 let (token, err) = match c {
                     Completion::Done { token, .. } => (token, None),
-                    Completion::Failed { token, error, peer } => (token, Some((peer, error))),
+                    Completion::Failed {
+                        token, error, peer, ..
+                    } => (token, Some((peer, error))),
                 };
                 if let Some(th) = o.remove(&token) {
                     outstanding[th].fetch_sub(1, Ordering::AcqRel);

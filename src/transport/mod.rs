@@ -203,12 +203,38 @@ pub enum Completion {
     /// process (rendezvous: the peer has read it). For an atomic: the old value is in the local
     /// region.
     Done { peer: u32, token: u64 },
-    /// It failed, with the endpoint's error.
+    /// It failed, with the endpoint's error (`error` is `cause` as text).
     Failed {
         peer: u32,
         token: u64,
         error: String,
+        cause: FailureCause,
     },
+}
+
+/// Why an endpoint failed (every operation it had queued or in flight fails with it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FailureCause {
+    /// A work completion of its QP failed (the first non-flush one).
+    #[error("work completion error: {text} (vendor error {vendor:#x})")]
+    WorkCompletion {
+        /// `ibv_wc_status`.
+        status: u32,
+        vendor: u32,
+        text: String,
+    },
+    /// The runtime reported the peer dead.
+    #[error("rank {0} died")]
+    PeerDied(u32),
+    /// `del_procs` removed it.
+    #[error("endpoint removed by del_procs")]
+    Removed,
+    /// Its CPC could not connect.
+    #[error("{0}")]
+    Connect(String),
+    /// A local verbs or protocol error (a malformed message, a failed post).
+    #[error("{0}")]
+    Local(String),
 }
 
 /// A 64-bit remote atomic.
@@ -993,7 +1019,7 @@ impl Transport {
     /// fail with [`TransportError::BadPeer`].
     pub fn del_procs(&mut self, peers: &[u32]) {
         for &p in peers {
-            self.fail(p, "endpoint removed by del_procs".into());
+            self.fail(p, FailureCause::Removed);
             // fail() released the endpoint's transfers; dropping it releases the QP, then
             // its buffers (field order).
             self.eps.remove(&p);
@@ -1061,11 +1087,11 @@ impl Transport {
             if !wc.is_success() {
                 self.fail(
                     peer,
-                    format!(
-                        "work completion error: {} (vendor error {:#x})",
-                        wc.status_str(),
-                        wc.vendor_err
-                    ),
+                    FailureCause::WorkCompletion {
+                        status: wc.status,
+                        vendor: wc.vendor_err,
+                        text: wc.status_str(),
+                    },
                 );
                 continue;
             }
@@ -1075,7 +1101,7 @@ impl Transport {
                 _ => Ok(()),
             };
             if let Err(e) = r {
-                self.fail(peer, e.to_string());
+                self.fail(peer, FailureCause::Local(e.to_string()));
             }
         }
         self.wcs = wcs;
@@ -1093,7 +1119,7 @@ impl Transport {
         }
         for &p in &touched {
             if let Err(e) = self.drain(p) {
-                self.fail(p, e.to_string());
+                self.fail(p, FailureCause::Local(e.to_string()));
             }
         }
         self.touched = touched;
@@ -1106,7 +1132,7 @@ impl Transport {
         for (_, c) in ok {
             let (peer, qpn) = (c.peer, c.qp.qp_num());
             if let Err(e) = self.attach(c) {
-                self.fail(peer, e.to_string());
+                self.fail(peer, FailureCause::Local(e.to_string()));
             }
             // Messages that arrived before the connection was handed over.
             let early: Vec<WorkCompletion>;
@@ -1124,13 +1150,13 @@ impl Transport {
                     })
                 };
                 if let Err(e) = r {
-                    self.fail(peer, e.to_string());
+                    self.fail(peer, FailureCause::Local(e.to_string()));
                 }
             }
             self.drain(peer)?;
         }
         for (cpc, peer, e) in bad {
-            self.fail(peer, format!("{cpc}: {e}"));
+            self.fail(peer, FailureCause::Connect(format!("{cpc}: {e}")));
         }
         self.connecting = self
             .eps
@@ -1143,7 +1169,7 @@ impl Transport {
                 .get(&dead)
                 .is_some_and(|e| !matches!(e.state, EndpointState::Failed(_)))
             {
-                self.fail(dead, format!("rank {dead} died"));
+                self.fail(dead, FailureCause::PeerDied(dead));
             }
         }
         Ok(())
@@ -1498,7 +1524,8 @@ impl Transport {
         Ok(())
     }
 
-    fn fail(&mut self, peer: u32, why: String) {
+    fn fail(&mut self, peer: u32, cause: FailureCause) {
+        let why = cause.to_string();
         let Some(ep) = self.eps.get_mut(&peer) else {
             return;
         };
@@ -1538,6 +1565,7 @@ impl Transport {
                 peer,
                 token,
                 error: why.clone(),
+                cause: cause.clone(),
             });
         }
     }

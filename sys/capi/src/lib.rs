@@ -1050,7 +1050,9 @@ pub unsafe extern "C" fn openib_poll_completion(
                 token,
                 status: OPENIB_OK,
             },
-            Completion::Failed { peer, token, error } => {
+            Completion::Failed {
+                peer, token, error, ..
+            } => {
                 set_last_error(format!(
                     "openib_poll_completion: operation {token} to rank {peer} failed: {error}"
                 ));

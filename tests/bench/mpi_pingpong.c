@@ -3,7 +3,8 @@
  *
  * Between ranks 0 and 1, for each message size:
  *   latency    ping-pong, one warm-up round trip then ITERS round trips; half a round trip,
- *              mean, in microseconds;
+ *              mean, in microseconds (and the median half round trip, as `openib bench` and
+ *              perftest's t_typical give it: each round trip timed on rank 0);
  *   bandwidth  rank 0 sends ITERS messages back to back (MPI_Isend, a window of up to 64 in
  *              flight, rank 1 pre-posting as many MPI_Irecv), rank 1 answers the last one with
  *              a 1-byte ack; MB/s = size * ITERS / seconds / 1e6 (timed on rank 0).
@@ -19,7 +20,8 @@
  *
  * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json]
  * Prints, like `openib bench --json`:
- *   {"results":[{"size":N,"latency_us":X,"bandwidth_mb_s":X,"iterations":N}],"wireup_us":X,...}
+ *   {"results":[{"size":N,"latency_us":X,"latency_median_us":X,"bandwidth_mb_s":X,
+ *                "iterations":N}],"wireup_us":X,...}
  *
  * Build: mpicc -O2 -o target/mpi_pingpong tests/bench/mpi_pingpong.c (scripts/anchors does).
  */
@@ -59,6 +61,12 @@ static int parse_sizes(const char *s, long *sizes)
         p = *end == ',' ? end + 1 : end;
     }
     return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *) a, y = *(const double *) b;
+    return (x > y) - (x < y);
 }
 
 static unsigned char pattern(long i, int salt)
@@ -149,8 +157,14 @@ int main(int argc, char **argv)
         sbuf[i] = pattern(i, rank);
     }
     MPI_Request reqs[WINDOW];
-    double lat[MAX_SIZES], bw[MAX_SIZES];
+    double lat[MAX_SIZES], lat_med[MAX_SIZES], bw[MAX_SIZES];
     long its[MAX_SIZES];
+    long max_iters = iters_arg < 10 ? 10 : iters_arg;
+    double *halves = malloc(sizeof(double) * (size_t) max_iters);
+    if (!halves) {
+        fprintf(stderr, "mpi_pingpong: out of memory\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
 
     for (int s = 0; s < nsizes; s++) {
         long n = sizes[s];
@@ -165,14 +179,18 @@ int main(int argc, char **argv)
         MPI_Barrier(MPI_COMM_WORLD);
 
         /* Latency: iteration 0 warms up (and checks the payload). */
-        double t0 = 0;
+        double t0 = 0, ti = 0;
         for (long i = 0; i <= iters; i++) {
             if (i == 1) {
                 t0 = MPI_Wtime();
             }
+            ti = MPI_Wtime();
             if (rank == 0) {
                 MPI_Send(sbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
                 MPI_Recv(rbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+                if (i > 0) {
+                    halves[i - 1] = (MPI_Wtime() - ti) * 1e6 / 2.0;
+                }
             } else {
                 MPI_Recv(rbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
                 MPI_Send(sbuf, (int) n, MPI_BYTE, peer, TAG_PING, MPI_COMM_WORLD);
@@ -187,6 +205,10 @@ int main(int argc, char **argv)
             }
         }
         lat[s] = (MPI_Wtime() - t0) * 1e6 / (double) iters / 2.0;
+        if (rank == 0) {
+            qsort(halves, (size_t) iters, sizeof(double), cmp_double);
+            lat_med[s] = halves[iters / 2];
+        }
 
         /* Bandwidth: rank 0 streams, rank 1 acknowledges the last message. */
         MPI_Barrier(MPI_COMM_WORLD);
@@ -217,8 +239,9 @@ int main(int argc, char **argv)
         if (json) {
             printf("{\"results\":[");
             for (int s = 0; s < nsizes; s++) {
-                printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"bandwidth_mb_s\":%.6g,\"iterations\":%ld}",
-                       s ? "," : "", sizes[s], lat[s], bw[s], its[s]);
+                printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"latency_median_us\":%.3f,"
+                       "\"bandwidth_mb_s\":%.6g,\"iterations\":%ld}",
+                       s ? "," : "", sizes[s], lat[s], lat_med[s], bw[s], its[s]);
             }
             printf("],\"wireup_us\":%.1f,\"init_us\":%.1f,\"first_exchange_us\":%.1f", wire[2],
                    wire[0], wire[1]);
@@ -229,12 +252,13 @@ int main(int argc, char **argv)
         } else {
             printf("mpi_pingpong: 2 ranks, wire-up %.0f us (MPI_Init %.0f + first exchange %.0f)\n",
                    wire[2], wire[0], wire[1]);
-            printf("%9s %12s %14s\n", "size", "latency us", "bandwidth MB/s");
+            printf("%9s %12s %12s %14s\n", "size", "latency us", "median us", "bandwidth MB/s");
             for (int s = 0; s < nsizes; s++) {
-                printf("%9ld %12.2f %14.1f\n", sizes[s], lat[s], bw[s]);
+                printf("%9ld %12.2f %12.2f %14.1f\n", sizes[s], lat[s], lat_med[s], bw[s]);
             }
         }
     }
+    free(halves);
     free(sbuf);
     free(rbuf);
     MPI_Finalize();

@@ -6,7 +6,7 @@
 use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
-use crate::transport::{RemoteRegion, Transport, TransportConfig};
+use crate::transport::{IdleBackoff, RemoteRegion, Transport, TransportConfig};
 use serde_json::json;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -64,8 +64,9 @@ pub fn run(a: &BenchArgs) -> i32 {
 fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let mut spins = 0u32;
+    let mut backoff = IdleBackoff::default();
     while inbox.count.load(Ordering::Acquire) < n {
-        t.progress().map_err(|e| e.to_string())?;
+        backoff.after(t.progress().map_err(|e| e.to_string())?);
         // The clock only now and then: reading it may be a system call (TCG guests).
         spins = spins.wrapping_add(1);
         if spins % 4096 == 0 && Instant::now() > deadline {

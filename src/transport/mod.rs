@@ -103,6 +103,28 @@ fn unwr(id: u64) -> (u32, u64, u32) {
     )
 }
 
+/// The waiting policy of loops that progress until something happens: spin while there is
+/// work, then yield the CPU between polls after 256 idle ones (a waiting process otherwise
+/// takes the CPU that software devices such as rxe need to move the data it waits for).
+#[derive(Debug, Default)]
+pub struct IdleBackoff {
+    idle: u32,
+}
+
+impl IdleBackoff {
+    /// Call after each `progress` with how many completions it handled.
+    pub fn after(&mut self, handled: usize) {
+        if handled == 0 {
+            self.idle = self.idle.saturating_add(1);
+            if self.idle > 256 {
+                std::thread::yield_now();
+            }
+        } else {
+            self.idle = 0;
+        }
+    }
+}
+
 /// Transport settings; see `openib config` for their environment names and defaults.
 #[derive(Clone)]
 pub struct TransportConfig {
@@ -982,8 +1004,9 @@ impl Transport {
     pub fn flush(&mut self, timeout: Duration) -> Result<Vec<Completion>, TransportError> {
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
+        let mut backoff = IdleBackoff::default();
         loop {
-            self.progress()?;
+            backoff.after(self.progress()?);
             out.append(&mut self.done);
             let busy: Vec<u32> = self
                 .eps

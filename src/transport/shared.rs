@@ -111,8 +111,9 @@ impl SharedTransport {
         mut done: impl FnMut() -> bool,
     ) -> Result<(), TransportError> {
         let deadline = Instant::now() + timeout;
+        let mut backoff = super::IdleBackoff::default();
         while !done() {
-            self.progress()?;
+            backoff.after(self.progress()?);
             if Instant::now() > deadline {
                 return Err(TransportError::Timeout {
                     what: what.to_string(),

@@ -436,10 +436,10 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             fill(&mut s.as_mut_slice()[off..off + len], r);
         }
         let roff = (me as usize * PUT_SLICE + off) as u64;
-        wait_token(&t, &reap, timeout, |g| {
+        wait_token(&t, timeout, |g| {
             g.put(p, &src, off, regions[&p].0, roff, len)
         })?;
-        wait_token(&t, &reap, timeout, |g| {
+        wait_token(&t, timeout, |g| {
             g.get(p, &dst, off, regions[&p].0, roff, len)
         })?;
         if dst.as_slice()[off..off + len] != src.as_slice()[off..off + len] {
@@ -457,12 +457,12 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         std::thread::scope(|s| -> Result<(), String> {
             let mut hs = Vec::new();
             for _th in 0..threads {
-                let (t, reap) = (t.clone(), reap.clone());
+                let t = t.clone();
                 hs.push(s.spawn(move || -> Result<(), String> {
                     let res = t.register(8).map_err(|e| e.to_string())?;
                     let mut last = None;
                     for _ in 0..atomics_each {
-                        wait_token(&t, &reap, timeout, |g| g.fetch_add(0, &res, 0, c0, 0, 1))?;
+                        wait_token(&t, timeout, |g| g.fetch_add(0, &res, 0, c0, 0, 1))?;
                         let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
                         if last.is_some_and(|l| old <= l) {
                             return Err(format!(
@@ -475,7 +475,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                     let mut guess = 0u64;
                     let mut ok = 0;
                     while ok < atomics_each {
-                        wait_token(&t, &reap, timeout, |g| {
+                        wait_token(&t, timeout, |g| {
                             g.compare_swap(0, &res, 0, c0, 8, guess, guess + 1)
                         })?;
                         let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
@@ -595,11 +595,9 @@ fn is_peer_failure(e: &crate::transport::TransportError) -> bool {
 /// Runs `start` under the lock and progresses until its token completes.
 fn wait_token(
     t: &SharedTransport,
-    reap: &impl Fn(&SharedTransport) -> Result<(), String>,
     timeout: Duration,
     start: impl FnOnce(&mut Transport) -> Result<u64, crate::transport::TransportError>,
 ) -> Result<(), String> {
-    let _ = reap;
     let token = start(&mut t.lock()).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + timeout;
     loop {

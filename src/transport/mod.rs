@@ -440,6 +440,28 @@ impl Endpoint {
             || !self.fins.is_empty()
     }
 
+    /// The sequence number of the next message to this peer.
+    fn take_seq(&mut self) -> u32 {
+        let seq = self.next_seq;
+        self.next_seq = seq.wrapping_add(1);
+        seq
+    }
+
+    /// Posts an eager message now, in order (the caller checked [`Endpoint::why_not_now`]).
+    fn post_eager_now(
+        &mut self,
+        peer: u32,
+        slot_len: usize,
+        tag: Tag,
+        data: &[u8],
+        token: u64,
+    ) -> Result<(), TransportError> {
+        let seq = self.take_seq();
+        self.post_msg(peer, slot_len, Kind::Eager, tag, seq, data, token)?;
+        self.stats.eager_sent += 1;
+        Ok(())
+    }
+
     /// Why an eager message cannot be posted at once (None: it can).
     fn why_not_now(&self) -> Option<&'static str> {
         if self.state != EndpointState::Connected {
@@ -548,9 +570,9 @@ pub struct Transport {
     wcs: Vec<WorkCompletion>,
     last_service_poll: Instant,
     progress_calls: u32,
-    /// Endpoints whose rendezvous reads wait (for the cache's bound or the send queue), as of
-    /// the last `drain`; they are retried on every progress call.
-    reads_waiting: usize,
+    /// Peers whose rendezvous reads wait (for the cache's bound or the send queue), kept by
+    /// `drain` and `fail`; they are retried on every progress call.
+    reading_peers: std::collections::BTreeSet<u32>,
     /// Peers touched by one progress call (kept to reuse its allocation).
     touched: Vec<u32>,
     /// Endpoints in `Connecting` (services are polled on every progress while any is).
@@ -604,7 +626,7 @@ impl Transport {
             wcs: Vec::with_capacity(64),
             last_service_poll: Instant::now(),
             progress_calls: 0,
-            reads_waiting: 0,
+            reading_peers: Default::default(),
             touched: Vec::new(),
             connecting: 0,
             preposted,
@@ -747,21 +769,15 @@ impl Transport {
             let slot_len = HDR + self.cfg.eager_limit;
             let ep = self.endpoint(peer)?;
             if ep.why_not_now().is_none() {
-                let seq = ep.next_seq;
-                ep.next_seq = seq.wrapping_add(1);
-                ep.post_msg(peer, slot_len, Kind::Eager, tag, seq, data, token)?;
-                ep.stats.eager_sent += 1;
+                ep.post_eager_now(peer, slot_len, tag, data, token)?;
                 return Ok(token);
             }
             let data = data.to_vec();
-            self.enqueue(peer, |ep| {
-                ep.next_seq = ep.next_seq.wrapping_add(1);
-                Op::Eager {
-                    tag,
-                    seq: ep.next_seq.wrapping_sub(1),
-                    data,
-                    token,
-                }
+            self.enqueue(peer, |ep| Op::Eager {
+                tag,
+                seq: ep.take_seq(),
+                data,
+                token,
             })?;
         } else {
             self.endpoint(peer)?;
@@ -771,15 +787,12 @@ impl Transport {
                 .take(data.len(), |n| MemoryRegion::alloc(&pd, n, Access::ALL))?;
             buf.as_mut_slice()[..data.len()].copy_from_slice(data);
             let len = data.len();
-            self.enqueue(peer, |ep| {
-                ep.next_seq = ep.next_seq.wrapping_add(1);
-                Op::Rts {
-                    tag,
-                    seq: ep.next_seq.wrapping_sub(1),
-                    src: Source::Cached(buf),
-                    len,
-                    token,
-                }
+            self.enqueue(peer, |ep| Op::Rts {
+                tag,
+                seq: ep.take_seq(),
+                src: Source::Cached(buf),
+                len,
+                token,
             })?;
         }
         Ok(token)
@@ -804,15 +817,12 @@ impl Transport {
         }
         let token = self.token();
         let src = Source::User(region.clone(), offset);
-        self.enqueue(peer, |ep| {
-            ep.next_seq = ep.next_seq.wrapping_add(1);
-            Op::Rts {
-                tag,
-                seq: ep.next_seq.wrapping_sub(1),
-                src,
-                len,
-                token,
-            }
+        self.enqueue(peer, |ep| Op::Rts {
+            tag,
+            seq: ep.take_seq(),
+            src,
+            len,
+            token,
         })?;
         Ok(token)
     }
@@ -835,11 +845,7 @@ impl Transport {
         if let Some(why) = ep.why_not_now() {
             return Err(TransportError::Busy { why });
         }
-        let seq = ep.next_seq;
-        ep.next_seq = seq.wrapping_add(1);
-        ep.post_msg(peer, slot_len, Kind::Eager, tag, seq, data, 0)?;
-        ep.stats.eager_sent += 1;
-        Ok(())
+        ep.post_eager_now(peer, slot_len, tag, data, 0)
     }
 
     /// RDMA write of `local[offset..offset+len]` to `remote` at `roffset`.
@@ -1084,7 +1090,7 @@ impl Transport {
             lp.send_cq.poll(&mut wcs, 32)?;
         }
         let n = wcs.len();
-        if n == 0 && self.reads_waiting == 0 {
+        if n == 0 && self.reading_peers.is_empty() {
             self.wcs = wcs;
             return Ok(0);
         }
@@ -1131,14 +1137,11 @@ impl Transport {
         touched.sort_unstable();
         touched.dedup();
         // Reads waiting for the cache's bound may start after another endpoint freed memory.
-        if self.reads_waiting > 0 {
-            touched.extend(
-                self.eps
-                    .iter()
-                    .filter(|(p, e)| !e.to_read.is_empty() && touched.binary_search(p).is_err())
-                    .map(|(p, _)| *p)
-                    .collect::<Vec<_>>(),
-            );
+        let sorted = touched.len();
+        for &p in &self.reading_peers {
+            if touched[..sorted].binary_search(&p).is_err() {
+                touched.push(p);
+            }
         }
         for &p in &touched {
             if let Err(e) = self.drain(p) {
@@ -1146,7 +1149,6 @@ impl Transport {
             }
         }
         self.touched = touched;
-        self.reads_waiting = self.eps.values().filter(|e| !e.to_read.is_empty()).count();
         Ok(n)
     }
 
@@ -1388,7 +1390,13 @@ impl Transport {
     fn drain(&mut self, peer: u32) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
         let fragment = self.cfg.rndv_fragment;
-        let Transport { eps, cache, w, .. } = self;
+        let Transport {
+            eps,
+            cache,
+            w,
+            reading_peers,
+            ..
+        } = self;
         let Some(ep) = eps.get_mut(&peer) else {
             return Ok(());
         };
@@ -1440,6 +1448,11 @@ impl Transport {
                 break; // the send queue is full: continue on the next completion
             }
             ep.to_read.pop_front();
+        }
+        if ep.to_read.is_empty() {
+            reading_peers.remove(&peer);
+        } else {
+            reading_peers.insert(peer);
         }
         // User operations in call order.
         while let Some(op) = ep.pending.front() {
@@ -1560,8 +1573,9 @@ impl Transport {
         let mut tokens: Vec<u64> = ep.pending.drain(..).map(|o| o.token()).collect();
         for (_, p) in ep.posted.drain() {
             match p {
-                Posted::Msg { token, .. } => tokens.push(token),
-                Posted::Rdma { token, .. } | Posted::Atomic { token, .. } => tokens.push(token),
+                Posted::Msg { token, .. }
+                | Posted::Rdma { token, .. }
+                | Posted::Atomic { token, .. } => tokens.push(token),
                 Posted::Read { .. } => {}
             }
         }
@@ -1582,6 +1596,7 @@ impl Transport {
             }
         }
         ep.to_read.clear();
+        self.reading_peers.remove(&peer);
         ep.fins.clear();
         for token in tokens.into_iter().filter(|t| *t != 0) {
             self.done.push(Completion::Failed {

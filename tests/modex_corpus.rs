@@ -122,12 +122,16 @@ fn seeds() -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
     (nodes, procs)
 }
 
+/// Writes the seeds to `$SEED_CORPUS_DIR` (default `fuzz/corpus/`). scripts/test writes them to
+/// a scratch directory and compares it with the checked-in corpus.
 #[test]
-#[ignore = "writes fuzz/corpus/: run by hand to regenerate the seeds"]
+#[ignore = "writes fuzz/corpus/ (or $SEED_CORPUS_DIR): run by hand to regenerate the seeds"]
 fn write_seed_corpus() {
     let (nodes, procs) = seeds();
+    let root = std::env::var("SEED_CORPUS_DIR")
+        .unwrap_or_else(|_| dir("fuzz/corpus").display().to_string());
     for (sub, list) in [("node_blob", nodes), ("proc_blob", procs)] {
-        let d = dir(&format!("fuzz/corpus/{sub}"));
+        let d = std::path::Path::new(&root).join(sub);
         std::fs::create_dir_all(&d).unwrap();
         for (i, b) in list.iter().enumerate() {
             std::fs::write(d.join(format!("seed-{i:02}")), b).unwrap();

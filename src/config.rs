@@ -552,6 +552,37 @@ pub static SETTINGS: &[Setting] = &[
         Some("268435456"),
         "bound on the bytes the registration cache keeps pinned; 0 disables the cache",
     ),
+    Setting::new(
+        "OPENIB_SRQ",
+        C::Transport,
+        Kind::Enum(&["auto", "on", "off"]),
+        Some("auto"),
+        "shared receive queue for eager messages: on, off, or auto (on when the job has more than OPENIB_SRQ_PEERS peers); every process of a job must agree",
+    ),
+    Setting::new(
+        "OPENIB_SRQ_PEERS",
+        C::Transport,
+        Kind::Int {
+            min: 0,
+            max: u32::MAX as u64,
+        },
+        Some("16"),
+        "with OPENIB_SRQ=auto: the SRQ is used when the job has more peers than this",
+    ),
+    Setting::new(
+        "OPENIB_SRQ_CREDITS",
+        C::Transport,
+        Kind::Int { min: 3, max: 256 },
+        Some("8"),
+        "SRQ buffers granted to each connected peer for good (2 of them for credit-only messages); at most OPENIB_RECV_DEPTH",
+    ),
+    Setting::new(
+        "OPENIB_SRQ_RESERVE",
+        C::Transport,
+        Kind::Int { min: 0, max: 4096 },
+        Some("256"),
+        "SRQ buffers lent to the peers that are sending, beyond their grants (up to OPENIB_RECV_DEPTH credits each)",
+    ),
     // fault
     Setting::new(
         "OPENIB_FAULT",

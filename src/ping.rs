@@ -113,6 +113,16 @@ impl Wireup {
     /// Discovers the ports, opens the CPC services on this process's port, runs the modex
     /// exchange over `rt` and decides each peer's CPC (connections stay lazy).
     pub fn open(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Wireup, PingError> {
+        Self::open_with(rt, cfg, None)
+    }
+
+    /// [`Wireup::open`], with a shared receive queue of up to `srq_max` requests on the port
+    /// that every RC queue pair uses (when the device cannot make one: a warning, and none).
+    pub fn open_with(
+        rt: &dyn Runtime,
+        cfg: &PingConfig,
+        srq_max: Option<u32>,
+    ) -> Result<Wireup, PingError> {
         let info = rt.info().clone();
         let scan =
             openib_ports::hw::read_topology().map_err(|e| PingError::Setup(e.to_string()))?;
@@ -161,13 +171,23 @@ impl Wireup {
             max_recv_sge: 1,
             max_inline_data: 64,
         };
-        let lp = LocalPort::open(
+        let mut lp = LocalPort::open(
             &ctx,
             port.raw.port,
             source_gid_index(port, cfg.derive.gid_index),
             crate::transport::CQ_DEPTH as i32,
             caps,
         )?;
+        if let Some(max) = srq_max {
+            match openib_sys::SharedReceiveQueue::new(&lp.pd, max, 1) {
+                Ok(srq) => lp.srq = Some(srq),
+                Err(e) => tracing::warn!(
+                    port = %port.name(),
+                    error = %e,
+                    "no shared receive queue: every endpoint posts its own receive buffers"
+                ),
+            }
+        }
         let ip = crate::modex::build::port_ip(port, &topo, cfg.derive.gid_index);
         let records = &node.blob.ports[my_index].cpcs;
         let refused: Vec<String> = openib_cpc::evaluate(port, ip.is_some(), &host, &cpc_cfg)

@@ -265,14 +265,20 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             println!(
                 "{}",
                 serde_json::to_string_pretty(
-                    &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager})
+                    &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
+                        "srq": t.uses_srq()})
                 )
                 .expect("serialises")
             );
         } else {
             println!(
-                "openib bench: 2 ranks, wire-up {:.0} us, eager limit {eager} B",
-                wireup_us
+                "openib bench: 2 ranks, wire-up {:.0} us, eager limit {eager} B, {}",
+                wireup_us,
+                if t.uses_srq() {
+                    "shared receive queue"
+                } else {
+                    "per-peer receive buffers"
+                }
             );
             println!(
                 "{:>9} {:>12} {:>12} {:>14} {:>14}  path",

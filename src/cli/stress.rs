@@ -537,6 +537,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         .map(|&p| json!({"peer": p, "stats": g.endpoint_stats(p)}))
         .collect();
     let cache = g.cache_stats();
+    let srq = g.srq_stats();
     g.flush(timeout).map_err(|e| e.to_string())?;
     drop(g);
     drop((src, dst, landing, counters));
@@ -572,6 +573,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         "put_bytes": put_bytes,
         "atomics": atomics_each * threads as u64 * 2,
         "cache": cache,
+        "srq": srq,
         "endpoints": stats,
         "resources_open": open_resources,
         "resources_left": resources.map(|r| r.into_iter().collect::<HashMap<_, _>>()),

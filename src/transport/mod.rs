@@ -33,8 +33,10 @@
 //! several threads may send, put, get and progress at once.
 
 pub mod flow;
+pub mod pool;
 pub mod regcache;
 mod shared;
+pub mod srq;
 pub mod wire;
 
 pub use shared::SharedTransport;
@@ -88,6 +90,8 @@ const SERVICE_POLL: Duration = Duration::from_millis(2);
 
 const KIND_RECV: u64 = 1;
 const KIND_SQ: u64 = 2;
+/// A receive buffer of the shared receive queue (id: chunk and slot, [`srq::split`]).
+const KIND_SRQ: u64 = 3;
 /// Peer field of receives posted before the connection is known (resolved by QP number).
 const ANY_PEER: u32 = u32::MAX;
 
@@ -139,6 +143,23 @@ pub struct TransportConfig {
     pub rndv_fragment: u64,
     /// Bound on the bytes the registration cache keeps pinned.
     pub pinned_max: u64,
+    /// Whether eager messages land in a shared receive queue (see [`SrqMode`]).
+    pub srq: SrqMode,
+    /// With [`SrqMode::Auto`]: the SRQ is used when the job has more peers than this.
+    pub srq_peers: u32,
+    /// SRQ buffers each connected peer holds for good, control credits included.
+    pub srq_credits: u32,
+    /// SRQ buffers lent to sending peers beyond their grants.
+    pub srq_reserve: u32,
+}
+
+/// `OPENIB_SRQ`: every process of a job must decide the same way, because a sender starts
+/// with the credits its peer's mode grants (decided from the job size, which all share).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SrqMode {
+    Auto,
+    On,
+    Off,
 }
 
 impl TransportConfig {
@@ -153,7 +174,34 @@ impl TransportConfig {
             send_depth: config::u32("OPENIB_SEND_DEPTH")?,
             rndv_fragment: config::u64("OPENIB_RNDV_FRAGMENT")?,
             pinned_max: config::u64("OPENIB_PINNED_MAX")?,
+            srq: match config::choice("OPENIB_SRQ")? {
+                Some("on") => SrqMode::On,
+                Some("off") => SrqMode::Off,
+                _ => SrqMode::Auto,
+            },
+            srq_peers: config::u32("OPENIB_SRQ_PEERS")?,
+            srq_credits: config::u32("OPENIB_SRQ_CREDITS")?,
+            srq_reserve: config::u32("OPENIB_SRQ_RESERVE")?,
         })
+    }
+
+    /// Whether a job of `size` processes uses the shared receive queue.
+    pub fn srq_for(&self, size: u32) -> bool {
+        match self.srq {
+            SrqMode::On => true,
+            SrqMode::Off => false,
+            SrqMode::Auto => size.saturating_sub(1) > self.srq_peers,
+        }
+    }
+
+    /// The credits a sender starts with towards a peer of a job of `size` processes (the
+    /// peer's receive buffers it may count on), control credits included.
+    pub fn initial_credits(&self, size: u32) -> u32 {
+        if self.srq_for(size) {
+            self.srq_credits.min(self.recv_depth)
+        } else {
+            self.recv_depth
+        }
     }
 }
 
@@ -399,6 +447,21 @@ struct Endpoint {
     stats: EndpointStats,
 }
 
+/// The shared receive queue's state (see [`pool::CreditPool`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SrqStats {
+    /// Buffers posted in the SRQ.
+    pub buffers: u32,
+    /// Buffers the credit pool counts (at most `buffers`).
+    pub counted: u32,
+    /// Buffers promised to peers.
+    pub granted: u32,
+    /// Reserve buffers not lent.
+    pub free: u32,
+    /// Connected peers holding a grant.
+    pub peers: u32,
+}
+
 /// Per-endpoint counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct EndpointStats {
@@ -560,10 +623,14 @@ pub struct Transport {
     // Field order is drop order: endpoints (queue pairs, their buffers), the cache, then the
     // port (protection domain, completion queues) and the runtime.
     eps: BTreeMap<u32, Endpoint>,
+    /// The shared receive queue (its buffers outlive the QPs above, and go before the port).
+    srq: Option<srq::SrqState>,
     cache: RegCache<MemoryRegion>,
     w: Wireup,
     rt: Box<dyn Runtime>,
     cfg: TransportConfig,
+    /// Credits a sender starts with towards every peer (control credits included).
+    initial_credits: u32,
     handlers: Vec<Option<Handler>>,
     done: Vec<Completion>,
     next_token: u64,
@@ -577,8 +644,9 @@ pub struct Transport {
     touched: Vec<u32>,
     /// Endpoints in `Connecting` (services are polled on every progress while any is).
     connecting: usize,
-    /// Receive buffers posted by the CPCs' prepare hook, by QP number, until `attach`.
-    preposted: Arc<Mutex<HashMap<u32, MemoryRegion>>>,
+    /// Receive buffers posted by the CPCs' prepare hook, by QP number, until `attach` (None:
+    /// the peer's grant went into the shared receive queue).
+    preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>>,
     /// QP number -> peer of attached connections (receive completions name the QP).
     qp_peer: IdMap<u32>,
     /// Receive completions of QPs not attached yet (the peer's first message can arrive
@@ -589,25 +657,60 @@ pub struct Transport {
 impl Transport {
     /// Wires up through `rt` (discovery, CPC services, modex exchange); connections stay lazy.
     pub fn open(rt: Box<dyn Runtime>, cfg: TransportConfig) -> Result<Transport, TransportError> {
-        let w = Wireup::open(rt.as_ref(), &cfg.wireup)?;
+        let size = rt.info().size;
+        let want_srq = cfg.srq_for(size);
+        let w = Wireup::open_with(rt.as_ref(), &cfg.wireup, want_srq.then_some(CQ_DEPTH))?;
         let eps = w.plans.keys().map(|&p| (p, Endpoint::new())).collect();
-        let preposted: Arc<Mutex<HashMap<u32, MemoryRegion>>> = Default::default();
+        let preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>> = Default::default();
+        let slot = HDR + cfg.eager_limit;
+        let srq = match &w.port().srq {
+            Some(q) => {
+                let bufs = Arc::new(srq::SrqBuffers::new(
+                    q.clone(),
+                    w.port().pd.clone(),
+                    slot,
+                    CQ_DEPTH,
+                ));
+                bufs.add(cfg.srq_reserve)?;
+                let base = cfg.initial_credits(size) - CTL_RESERVE;
+                let max = (cfg.recv_depth - CTL_RESERVE).max(base);
+                let pool = pool::CreditPool::new(cfg.srq_reserve, base, CTL_RESERVE, max);
+                tracing::debug!(
+                    reserve = cfg.srq_reserve,
+                    per_peer = pool.per_peer(),
+                    "eager messages land in a shared receive queue"
+                );
+                Some(srq::SrqState::new(bufs, pool))
+            }
+            None => None,
+        };
         let hook: openib_cpc::rc::PrepareHook = {
-            let (pd, depth, slot) = (
-                w.port().pd.clone(),
-                cfg.recv_depth as usize,
-                HDR + cfg.eager_limit,
-            );
+            let pd = w.port().pd.clone();
+            let depth = cfg.recv_depth as usize;
+            let per_peer = srq.as_ref().map(|s| (s.bufs.clone(), s.pool.per_peer()));
             let preposted = preposted.clone();
             Arc::new(move |qp: &openib_sys::QueuePair| {
-                let mr = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
-                for i in 0..depth {
-                    qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, i as u32), &mr.sge(i * slot, slot)?)?;
-                }
+                let mine = match &per_peer {
+                    // The peer's grant goes into the SRQ before its QP can receive.
+                    Some((bufs, n)) => {
+                        bufs.add(*n)?;
+                        None
+                    }
+                    None => {
+                        let mr = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
+                        for i in 0..depth {
+                            qp.post_recv_sge(
+                                wr(ANY_PEER, KIND_RECV, i as u32),
+                                &mr.sge(i * slot, slot)?,
+                            )?;
+                        }
+                        Some(mr)
+                    }
+                };
                 preposted
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .insert(qp.qp_num(), mr);
+                    .insert(qp.qp_num(), mine);
                 Ok(())
             })
         };
@@ -616,9 +719,11 @@ impl Transport {
         }
         Ok(Transport {
             eps,
+            srq,
             cache: RegCache::new(cfg.pinned_max),
             w,
             rt,
+            initial_credits: cfg.initial_credits(size),
             cfg,
             handlers: (0..=255).map(|_| None).collect(),
             done: Vec::new(),
@@ -632,6 +737,22 @@ impl Transport {
             preposted,
             qp_peer: IdMap::default(),
             early: Vec::new(),
+        })
+    }
+
+    /// Whether eager messages land in the port's shared receive queue.
+    pub fn uses_srq(&self) -> bool {
+        self.srq.is_some()
+    }
+
+    /// The shared receive queue's buffers and credits, when it is used.
+    pub fn srq_stats(&self) -> Option<SrqStats> {
+        self.srq.as_ref().map(|s| SrqStats {
+            buffers: s.bufs.total(),
+            counted: s.pool.capacity(),
+            granted: s.pool.granted(),
+            free: s.pool.free(),
+            peers: s.pool.peers() as u32,
         })
     }
 
@@ -1084,14 +1205,19 @@ impl Transport {
         }
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
-        {
+        let recv_drained = {
             let lp = self.w.port();
             lp.recv_cq.poll(&mut wcs, 32)?;
+            let drained = wcs.len() < 32;
             lp.send_cq.poll(&mut wcs, 32)?;
-        }
+            drained
+        };
         let n = wcs.len();
         if n == 0 && self.reading_peers.is_empty() {
             self.wcs = wcs;
+            if recv_drained {
+                self.retire_srq_grants();
+            }
             return Ok(0);
         }
         // A QP in error flushes its other requests: report the error that caused it, which
@@ -1114,6 +1240,12 @@ impl Transport {
                 touched.push(peer);
             }
             if !wc.is_success() {
+                if kind == KIND_SRQ {
+                    // The buffer belongs to the SRQ, not to the failed connection.
+                    if let Err(e) = self.srq.as_mut().expect("SRQ buffer").repost(id) {
+                        tracing::warn!(error = %e, "SRQ buffer not reposted");
+                    }
+                }
                 self.fail(
                     peer,
                     FailureCause::WorkCompletion {
@@ -1125,7 +1257,7 @@ impl Transport {
                 continue;
             }
             let r = match kind {
-                KIND_RECV => self.on_recv(peer, id as usize, wc.byte_len as usize),
+                KIND_RECV | KIND_SRQ => self.on_recv(peer, kind, id, wc.byte_len as usize),
                 KIND_SQ => self.on_send_done(peer, id),
                 _ => Ok(()),
             };
@@ -1149,6 +1281,10 @@ impl Transport {
             }
         }
         self.touched = touched;
+        if recv_drained {
+            // After the batch: its buffers of stopped peers are reposted by now.
+            self.retire_srq_grants();
+        }
         Ok(n)
     }
 
@@ -1165,10 +1301,13 @@ impl Transport {
                 .into_iter()
                 .partition(|wc| wc.qp_num == qpn);
             for wc in early {
-                let (_, _, id) = unwr(wc.wr_id);
+                let (_, kind, id) = unwr(wc.wr_id);
                 let r = if wc.is_success() {
-                    self.on_recv(peer, id as usize, wc.byte_len as usize)
+                    self.on_recv(peer, kind, id, wc.byte_len as usize)
                 } else {
+                    if kind == KIND_SRQ {
+                        self.srq.as_mut().expect("SRQ buffer").repost(id)?;
+                    }
                     Err(TransportError::EndpointFailed {
                         peer,
                         why: format!("receive failed: {}", wc.status_str()),
@@ -1202,7 +1341,7 @@ impl Transport {
 
     fn attach(&mut self, c: Connection) -> Result<(), TransportError> {
         let (depth, slot) = (self.cfg.recv_depth as usize, HDR + self.cfg.eager_limit);
-        let posted_recvs: usize = self.eps.values().filter(|e| e.conn.is_some()).count() * depth;
+        let posted_recvs: usize = self.eps.values().filter(|e| e.recv_mr.is_some()).count() * depth;
         let pd = self.w.port().pd.clone();
         let Some(ep) = self.eps.get_mut(&c.peer) else {
             return Ok(());
@@ -1216,25 +1355,34 @@ impl Transport {
             );
             return Ok(());
         }
-        if posted_recvs + depth > CQ_DEPTH as usize {
-            return Err(TransportError::EndpointFailed {
-                peer: c.peer,
-                why: format!(
-                    "{} connected endpoints x {depth} receive buffers would overflow the \
-                     {CQ_DEPTH}-entry completion queue: lower OPENIB_RECV_DEPTH",
-                    posted_recvs / depth + 1
-                ),
-            });
-        }
         let qpn = c.qp.qp_num();
         let pre = self
             .preposted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&qpn);
-        let recv = match pre {
-            Some(mr) => mr,
-            None => {
+        ep.recv_mr = match (&mut self.srq, pre) {
+            (Some(srq), pre) => {
+                if pre.is_none() {
+                    // A CPC that did not run the prepare hook: the grant goes in now.
+                    srq.bufs.add(srq.pool.per_peer())?;
+                }
+                srq.pool.admit(c.peer);
+                None
+            }
+            (None, Some(Some(mr))) => Some(mr),
+            (None, _) => {
+                if posted_recvs + depth > CQ_DEPTH as usize {
+                    return Err(TransportError::EndpointFailed {
+                        peer: c.peer,
+                        why: format!(
+                            "{} connected endpoints x {depth} receive buffers would overflow \
+                             the {CQ_DEPTH}-entry completion queue: lower OPENIB_RECV_DEPTH \
+                             or use the shared receive queue (OPENIB_SRQ=on)",
+                            posted_recvs / depth + 1
+                        ),
+                    });
+                }
                 // A CPC that did not run the prepare hook: post now.
                 let recv = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
                 for i in 0..depth {
@@ -1243,19 +1391,19 @@ impl Transport {
                         sges: vec![recv.sge(i * slot, slot)?],
                     })?;
                 }
-                recv
+                Some(recv)
             }
         };
         self.qp_peer.insert(qpn, c.peer);
-        let send_slots = self.cfg.send_depth as usize;
+        // More slots than the peer grants credits (its receive buffers) could never be used.
+        let send_slots = self.cfg.send_depth.min(self.cfg.recv_depth) as usize;
         ep.send_mr = Some(MemoryRegion::alloc(
             &pd,
             send_slots * slot,
             Access::LOCAL_WRITE,
         )?);
         ep.free_send = (0..send_slots).rev().collect();
-        ep.recv_mr = Some(recv);
-        ep.credits = Credits::new(self.cfg.recv_depth, CTL_RESERVE);
+        ep.credits = Credits::new(self.initial_credits, CTL_RESERVE);
         ep.conn = Some(c);
         ep.state = EndpointState::Connected;
         Ok(())
@@ -1321,16 +1469,41 @@ impl Transport {
         }
     }
 
-    fn on_recv(&mut self, peer: u32, slot: usize, len: usize) -> Result<(), TransportError> {
+    /// Handles a received message in buffer `id` (a slot of the endpoint's own buffers, or of
+    /// the shared receive queue with `kind` [`KIND_SRQ`]), then reposts the buffer and counts
+    /// the credit it returns. A buffer of the SRQ is reposted whatever became of its sender.
+    fn on_recv(&mut self, peer: u32, kind: u64, id: u32, len: usize) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
-        let Some(ep) = self.eps.get_mut(&peer) else {
-            return Ok(());
-        };
-        let (Some(mr), Some(conn)) = (ep.recv_mr.as_ref(), ep.conn.as_ref()) else {
+        let Transport {
+            eps,
+            srq,
+            handlers,
+            done,
+            cache,
+            ..
+        } = self;
+        let live = eps
+            .get_mut(&peer)
+            .filter(|ep| ep.state == EndpointState::Connected);
+        let Some(ep) = live else {
+            if kind == KIND_SRQ {
+                srq.as_mut().expect("SRQ buffer").repost(id)?;
+            }
             return Ok(());
         };
         let bad = |e: String| TransportError::EndpointFailed { peer, why: e };
-        let b = &mr.as_slice()[slot * slot_len..slot * slot_len + len.min(slot_len)];
+        let (mr, off): (&MemoryRegion, usize) = if kind == KIND_SRQ {
+            let s = srq.as_mut().expect("SRQ buffer");
+            let (_, slot) = srq::split(id);
+            let chunk = s
+                .chunk_of(id)
+                .ok_or_else(|| bad(format!("receive buffer {id:#x} is not in the SRQ")))?;
+            (chunk, slot as usize * slot_len)
+        } else {
+            let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
+            (mr, id as usize * slot_len)
+        };
+        let b = &mr.as_slice()[off..off + len.min(slot_len)];
         let (h, payload) = Header::parse(b).map_err(|e| bad(format!("malformed message: {e}")))?;
         ep.credits.on_returns(h.credits, h.ctl);
         match h.kind {
@@ -1338,9 +1511,9 @@ impl Transport {
             Kind::Fin => {
                 if let Some((src, token)) = ep.outgoing.remove(&h.seq) {
                     if let Source::Cached(m) = src {
-                        self.cache.give_back(m);
+                        cache.give_back(m);
                     }
-                    self.done.push(Completion::Done { peer, token });
+                    done.push(Completion::Done { peer, token });
                 } else {
                     return Err(bad(format!("FIN for unknown rendezvous {}", h.seq)));
                 }
@@ -1350,7 +1523,7 @@ impl Transport {
                     // In order with nothing held: the callback reads the receive buffer itself,
                     // which is reposted after it returns.
                     ep.stats.delivered += 1;
-                    call(&mut self.handlers, peer, h.tag, payload);
+                    call(handlers, peer, h.tag, payload);
                 } else {
                     let data = payload.to_vec();
                     ep.reorder
@@ -1377,11 +1550,20 @@ impl Transport {
             }
         }
         let ctl = h.kind == Kind::Credit;
-        conn.qp.post_recv_sge(
-            wr(ANY_PEER, KIND_RECV, slot as u32),
-            &mr.sge(slot * slot_len, slot_len)?,
-        )?;
-        ep.credits.reposted(ctl);
+        if kind == KIND_SRQ {
+            let s = srq.as_mut().expect("SRQ buffer");
+            s.repost(id)?;
+            if ctl {
+                ep.credits.reposted(true);
+            } else {
+                ep.credits.to_return += s.pool.on_repost(peer).credits();
+            }
+        } else {
+            let conn = ep.conn.as_ref().expect("connected");
+            conn.qp
+                .post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &mr.sge(off, slot_len)?)?;
+            ep.credits.reposted(ctl);
+        }
         Ok(())
     }
 
@@ -1560,6 +1742,22 @@ impl Transport {
         Ok(())
     }
 
+    /// Gives the SRQ grants of stopped peers back to the pool once the receive completion
+    /// queue was seen empty after they stopped: none of their messages is left to handle.
+    fn retire_srq_grants(&mut self) {
+        let now = self.progress_calls;
+        if let Some(srq) = &mut self.srq {
+            let pool = &mut srq.pool;
+            srq.retiring.retain(|&(peer, stopped)| {
+                let done = stopped != now;
+                if done {
+                    pool.remove(peer);
+                }
+                !done
+            });
+        }
+    }
+
     fn fail(&mut self, peer: u32, cause: FailureCause) {
         let why = cause.to_string();
         let Some(ep) = self.eps.get_mut(&peer) else {
@@ -1598,6 +1796,11 @@ impl Transport {
         ep.to_read.clear();
         self.reading_peers.remove(&peer);
         ep.fins.clear();
+        if let Some(srq) = &mut self.srq {
+            if srq.pool.grant(peer).is_some() {
+                srq.retiring.push((peer, self.progress_calls));
+            }
+        }
         for token in tokens.into_iter().filter(|t| *t != 0) {
             self.done.push(Completion::Failed {
                 peer,

@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::ffi::verbs as v;
 use crate::library::verbs;
 use crate::pd::ProtectionDomain;
-use crate::qp::RecvRequest;
+use crate::qp::{RecvRequest, Sge};
 use std::sync::Arc;
 
 pub(crate) struct SrqInner {
@@ -69,14 +69,29 @@ impl SharedReceiveQueue {
     /// Posts one receive request (the body of the inline `ibv_post_srq_recv`).
     pub fn post_recv(&self, req: &RecvRequest) -> Result<()> {
         let mut sges = crate::qp::raw_sges(&req.sges);
+        self.post_recv_list(req.wr_id, &mut sges)
+    }
+
+    /// [`SharedReceiveQueue::post_recv`] of one entry, without allocating.
+    pub fn post_recv_sge(&self, wr_id: u64, sge: &Sge) -> Result<()> {
+        let mut one = [v::ibv_sge {
+            addr: sge.addr,
+            length: sge.length,
+            lkey: sge.lkey,
+        }];
+        self.post_recv_list(wr_id, &mut one)
+    }
+
+    fn post_recv_list(&self, wr_id: u64, sges: &mut [v::ibv_sge]) -> Result<()> {
         let mut wr = v::ibv_recv_wr {
-            wr_id: req.wr_id,
+            wr_id,
             next: std::ptr::null_mut(),
             sg_list: sges.as_mut_ptr(),
             num_sge: sges.len() as i32,
         };
         let mut bad: *mut v::ibv_recv_wr = std::ptr::null_mut();
-        // SAFETY: every SGE lies inside a live MR; the provider copies the request.
+        // SAFETY: every SGE lies inside a live MR (the caller's `Sge` came from one); the
+        // provider copies the request before returning.
         let rc = unsafe {
             let ctx = (*self.inner.raw).context;
             let f = (*ctx).ops.post_srq_recv.ok_or(Error::InvalidArgument {

@@ -3,7 +3,8 @@
 //! directions from two threads per rank, puts and gets of random ranges, fetch-and-add and
 //! compare-and-swap counters on rank 0 under contention from two ranks of three threads each,
 //! no receiver-not-ready NAK on the device (rxe's hardware counters), and no QP, MR, CQ or PD
-//! of a rank left after `finalize` (`rdma resource show`); the same through rdmacm and oob. The 100,000-message run of issue 6
+//! of a rank left after `finalize` (`rdma resource show`); the same through rdmacm and oob, and
+//! through the shared receive queue (forced, automatic, and with a rank dying). The 100,000-message run of issue 6
 //! is too long for CI under TCG; docs/PERFORMANCE.md records it with its command.
 
 #[path = "softroce/harness.rs"]
@@ -25,6 +26,9 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
          echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
          echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
          echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
+         echo '=== srq'; OPENIB_SRQ=on OPENIB_SRQ_CREDITS=4 OPENIB_SRQ_RESERVE=8 {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 400 --max-size 65536 --threads 2 --puts 5 --atomics 5 --seed 13 || echo FAILED\n\
+         echo '=== srq-auto'; OPENIB_SRQ_PEERS=1 {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 100 --max-size 300000 --threads 1 --puts 5 --atomics 5 --seed 14 || echo FAILED\n\
+         echo '=== srq-survive'; OPENIB_SRQ=on OPENIB_SRQ_RESERVE=16 OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 300 --max-size 100000 --threads 2 --puts 5 --atomics 5 --seed 15 2>&1; echo rc=$?\n\
          echo '=== survive'; OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 400 --max-size 200000 --threads 2 --puts 10 --atomics 10 --seed 12 2>&1; echo rc=$?\n\
          echo '=== rnr-after'; {rnr}; echo\n\
          echo '=== end'\n"
@@ -39,6 +43,11 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
         // once refused them).
         ("rdmacm", 2, 200, 2, 5),
         ("oob", 2, 200, 2, 5),
+        // Eager messages through the shared receive queue, with a grant of 4 buffers per peer
+        // and a reserve of 8 to lend: the credit pool lends and takes back under load.
+        ("srq", 3, 400, 2, 5),
+        // OPENIB_SRQ=auto: on above OPENIB_SRQ_PEERS peers.
+        ("srq-auto", 3, 100, 1, 5),
     ] {
         let text = sec(name);
         assert!(!text.contains("FAILED"), "{name}: {text}");
@@ -61,6 +70,19 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
             let rank = v["rank"].as_u64().unwrap();
             let want_atomics = if rank == 0 { 0 } else { 2 * threads * atomics };
             assert_eq!(v["atomics"], want_atomics, "{v}");
+            let srq = &v["srq"];
+            if name.starts_with("srq") {
+                // Every peer holds its grant; the pool never promises more than it counts,
+                // nor counts more buffers than the SRQ holds.
+                assert_eq!(srq["peers"], ranks as u64 - 1, "{name}: {v}");
+                let n = |k: &str| srq[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+                assert!(
+                    n("granted") <= n("counted") && n("counted") <= n("buffers"),
+                    "{v}"
+                );
+            } else {
+                assert!(srq.is_null(), "{name}: no SRQ by default for one peer: {v}");
+            }
         }
         assert_eq!(received, messages * ranks as u64, "{name}: {text}");
         if name == "large" {
@@ -75,35 +97,43 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
     }
     // Rank 2 dies half way through its messages: ranks 0 and 1 finish everything between
     // themselves (every message, put, get and atomic checked), agree that rank 2 failed, and
-    // noticed within a bound.
-    let text = sec("survive");
-    let died: u64 = text
-        .split("unix ms ")
-        .nth(1)
-        .and_then(|r| r.split(')').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no death time: {text}"));
-    let lines: Vec<Value> = text
-        .lines()
-        .filter(|l| l.starts_with('{'))
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("survive ({e}): {l}")))
-        .collect();
-    assert_eq!(lines.len(), 2, "two survivors: {text}");
-    for v in &lines {
-        assert_eq!(v["ok"], true, "{v}");
-        assert_eq!(v["failed"], serde_json::json!([2]), "{v}");
-        let noticed = v["noticed_unix_ms"].as_u64().unwrap();
-        assert!(
-            noticed + 1000 >= died && noticed < died + 30_000,
-            "rank {} noticed the death {} ms after it: {v}",
-            v["rank"],
-            noticed as i64 - died as i64
-        );
-        eprintln!(
-            "survive: rank {} noticed rank 2's death after {} ms",
-            v["rank"],
-            noticed as i64 - died as i64
-        );
+    // noticed within a bound; through the per-peer buffers and through the SRQ (whose pool
+    // takes the dead peer's grant back).
+    for name in ["survive", "srq-survive"] {
+        let text = sec(name);
+        let died: u64 = text
+            .split("unix ms ")
+            .nth(1)
+            .and_then(|r| r.split(')').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: no death time: {text}"));
+        let lines: Vec<Value> = text
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{name} ({e}): {l}")))
+            .collect();
+        assert_eq!(lines.len(), 2, "{name}: two survivors: {text}");
+        for v in &lines {
+            assert_eq!(v["ok"], true, "{v}");
+            assert_eq!(v["failed"], serde_json::json!([2]), "{v}");
+            assert_eq!(v["srq"].is_null(), name == "survive", "{name}: {v}");
+            if name == "srq-survive" {
+                // The dead peer's grant went back to the pool: one peer holds one now.
+                assert_eq!(v["srq"]["peers"], 1, "{v}");
+            }
+            let noticed = v["noticed_unix_ms"].as_u64().unwrap();
+            assert!(
+                noticed + 1000 >= died && noticed < died + 30_000,
+                "{name}: rank {} noticed the death {} ms after it: {v}",
+                v["rank"],
+                noticed as i64 - died as i64
+            );
+            eprintln!(
+                "{name}: rank {} noticed rank 2's death after {} ms",
+                v["rank"],
+                noticed as i64 - died as i64
+            );
+        }
     }
     assert_eq!(
         sec("rnr-before").trim(),

@@ -538,6 +538,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         .collect();
     let cache = g.cache_stats();
     let srq = g.srq_stats();
+    let recv_buffer_bytes = g.recv_buffer_bytes();
     g.flush(timeout).map_err(|e| e.to_string())?;
     drop(g);
     drop((src, dst, landing, counters));
@@ -574,6 +575,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         "atomics": atomics_each * threads as u64 * 2,
         "cache": cache,
         "srq": srq,
+        "recv_buffer_bytes": recv_buffer_bytes,
         "endpoints": stats,
         "resources_open": open_resources,
         "resources_left": resources.map(|r| r.into_iter().collect::<HashMap<_, _>>()),

@@ -745,6 +745,21 @@ impl Transport {
         self.srq.is_some()
     }
 
+    /// Bytes of registered receive buffers for eager messages: the SRQ's, or every connected
+    /// endpoint's own.
+    pub fn recv_buffer_bytes(&self) -> u64 {
+        let slot = (HDR + self.cfg.eager_limit) as u64;
+        match &self.srq {
+            Some(s) => s.bufs.total() as u64 * slot,
+            None => self
+                .eps
+                .values()
+                .filter_map(|e| e.recv_mr.as_ref())
+                .map(|m| m.len() as u64)
+                .sum(),
+        }
+    }
+
     /// The shared receive queue's buffers and credits, when it is used.
     pub fn srq_stats(&self) -> Option<SrqStats> {
         self.srq.as_ref().map(|s| SrqStats {

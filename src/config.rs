@@ -553,6 +553,16 @@ pub static SETTINGS: &[Setting] = &[
         "bound on the bytes the registration cache keeps pinned; 0 disables the cache",
     ),
     Setting::new(
+        "OPENIB_CQ_DEPTH",
+        C::Transport,
+        Kind::Int {
+            min: 64,
+            max: 4_194_304,
+        },
+        Some("8192"),
+        "entries of the port's send and receive completion queues (bounds the receive buffers and the send requests in flight of all endpoints together)",
+    ),
+    Setting::new(
         "OPENIB_SRQ",
         C::Transport,
         Kind::Enum(&["auto", "on", "off"]),

@@ -113,14 +113,16 @@ impl Wireup {
     /// Discovers the ports, opens the CPC services on this process's port, runs the modex
     /// exchange over `rt` and decides each peer's CPC (connections stay lazy).
     pub fn open(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Wireup, PingError> {
-        Self::open_with(rt, cfg, None)
+        Self::open_with(rt, cfg, crate::transport::CQ_DEPTH, None)
     }
 
-    /// [`Wireup::open`], with a shared receive queue of up to `srq_max` requests on the port
-    /// that every RC queue pair uses (when the device cannot make one: a warning, and none).
+    /// [`Wireup::open`] with completion queues of `cq_depth` entries, and a shared receive
+    /// queue of up to `srq_max` requests on the port that every RC queue pair uses (when the
+    /// device cannot make one: a warning, and none).
     pub fn open_with(
         rt: &dyn Runtime,
         cfg: &PingConfig,
+        cq_depth: u32,
         srq_max: Option<u32>,
     ) -> Result<Wireup, PingError> {
         let info = rt.info().clone();
@@ -175,7 +177,7 @@ impl Wireup {
             &ctx,
             port.raw.port,
             source_gid_index(port, cfg.derive.gid_index),
-            crate::transport::CQ_DEPTH as i32,
+            cq_depth as i32,
             caps,
         )?;
         if let Some(max) = srq_max {

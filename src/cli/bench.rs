@@ -266,7 +266,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 "{}",
                 serde_json::to_string_pretty(
                     &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
-                        "srq": t.uses_srq()})
+                        "srq": t.uses_srq(), "send_budget": t.send_budget()})
                 )
                 .expect("serialises")
             );

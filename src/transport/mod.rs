@@ -48,6 +48,7 @@ use openib_cpc::Connection;
 use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, WorkCompletion};
 use regcache::{CacheStats, RegCache};
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::{Header, Kind, Rts, HDR, RTS_LEN};
@@ -78,7 +79,8 @@ pub type Tag = u8;
 
 /// Send and receive queue depth of every RC queue pair (`recv_depth` is capped to it).
 pub const MAX_QUEUE: u32 = 256;
-/// Entries of the port's send and receive completion queues (shared by all endpoints).
+/// Entries of the port's send and receive completion queues (shared by all endpoints), by
+/// default (`OPENIB_CQ_DEPTH`).
 pub const CQ_DEPTH: u32 = 8192;
 /// Receive buffers of each endpoint kept for credit-only control messages.
 pub const CTL_RESERVE: u32 = 2;
@@ -94,6 +96,62 @@ const KIND_SQ: u64 = 2;
 const KIND_SRQ: u64 = 3;
 /// Peer field of receives posted before the connection is known (resolved by QP number).
 const ANY_PEER: u32 = u32::MAX;
+
+/// Send requests in flight on every endpoint of the port, against the shared send completion
+/// queue: user work (messages, reads, puts, atomics) is posted only while the total stays
+/// below `limit`, which leaves each connected endpoint its control reserve and one full send
+/// queue of flush completions, so the completion queue cannot overflow however many peers
+/// are busy. Shared by the endpoints (one process; relaxed atomics only because the transport
+/// must be `Send`).
+#[derive(Debug)]
+struct SqBudget {
+    in_flight: AtomicUsize,
+    limit: AtomicUsize,
+    /// An endpoint found no room: every endpoint with work is drained on the next progress.
+    hit: AtomicBool,
+    /// Times an endpoint found no room.
+    stalls: AtomicUsize,
+}
+
+impl SqBudget {
+    fn new(cq_depth: u32) -> SqBudget {
+        let b = SqBudget {
+            in_flight: AtomicUsize::new(0),
+            limit: AtomicUsize::new(0),
+            hit: AtomicBool::new(false),
+            stalls: AtomicUsize::new(0),
+        };
+        b.set_connected(cq_depth, 0);
+        b
+    }
+
+    /// The limit for `connected` endpoints on a completion queue of `cq_depth` entries: room
+    /// for every endpoint's control reserve and for the flush completions of a failing
+    /// endpoint (up to a send queue, at most a quarter of the queue), and never zero.
+    fn set_connected(&self, cq_depth: u32, connected: usize) {
+        let cq = cq_depth as usize;
+        let reserved = (connected + 1) * SQ_RESERVE + (MAX_QUEUE as usize).min(cq / 4);
+        self.limit
+            .store(cq.saturating_sub(reserved).max(1), Ordering::Relaxed);
+    }
+
+    fn room(&self) -> bool {
+        let ok = self.in_flight.load(Ordering::Relaxed) < self.limit.load(Ordering::Relaxed);
+        if !ok {
+            self.hit.store(true, Ordering::Relaxed);
+            self.stalls.fetch_add(1, Ordering::Relaxed);
+        }
+        ok
+    }
+
+    fn posted(&self) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn done(&self, n: usize) {
+        self.in_flight.fetch_sub(n, Ordering::Relaxed);
+    }
+}
 
 fn wr(peer: u32, kind: u64, id: u32) -> u64 {
     (peer as u64) << 32 | kind << 24 | (id & 0xff_ffff) as u64
@@ -143,6 +201,8 @@ pub struct TransportConfig {
     pub rndv_fragment: u64,
     /// Bound on the bytes the registration cache keeps pinned.
     pub pinned_max: u64,
+    /// Entries of the port's send and receive completion queues.
+    pub cq_depth: u32,
     /// Whether eager messages land in a shared receive queue (see [`SrqMode`]).
     pub srq: SrqMode,
     /// With [`SrqMode::Auto`]: the SRQ is used when the job has more peers than this.
@@ -174,6 +234,7 @@ impl TransportConfig {
             send_depth: config::u32("OPENIB_SEND_DEPTH")?,
             rndv_fragment: config::u64("OPENIB_RNDV_FRAGMENT")?,
             pinned_max: config::u64("OPENIB_PINNED_MAX")?,
+            cq_depth: config::u32("OPENIB_CQ_DEPTH")?,
             srq: match config::choice("OPENIB_SRQ")? {
                 Some("on") => SrqMode::On,
                 Some("off") => SrqMode::Off,
@@ -445,6 +506,7 @@ struct Endpoint {
     to_read: VecDeque<u32>,
     reorder: Reorder<Ready>,
     stats: EndpointStats,
+    sq_budget: Arc<SqBudget>,
 }
 
 /// The shared receive queue's state (see [`pool::CreditPool`]).
@@ -462,6 +524,14 @@ pub struct SrqStats {
     pub peers: u32,
 }
 
+/// See [`Transport::send_budget`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct SendBudget {
+    pub in_flight: usize,
+    pub limit: usize,
+    pub stalls: u64,
+}
+
 /// Per-endpoint counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct EndpointStats {
@@ -474,7 +544,7 @@ pub struct EndpointStats {
 }
 
 impl Endpoint {
-    fn new() -> Endpoint {
+    fn new(sq_budget: Arc<SqBudget>) -> Endpoint {
         Endpoint {
             state: EndpointState::Idle,
             conn: None,
@@ -492,6 +562,7 @@ impl Endpoint {
             to_read: VecDeque::new(),
             reorder: Reorder::default(),
             stats: EndpointStats::default(),
+            sq_budget,
         }
     }
 
@@ -540,8 +611,9 @@ impl Endpoint {
         }
     }
 
+    /// Room for user work on the send queue (and in the shared send completion queue).
     fn sq_room(&self) -> bool {
-        self.posted.len() + SQ_RESERVE < MAX_QUEUE as usize
+        self.posted.len() + SQ_RESERVE < MAX_QUEUE as usize && self.sq_budget.room()
     }
 
     fn id(&mut self) -> u32 {
@@ -591,6 +663,7 @@ impl Endpoint {
             self.credits.data -= 1;
         }
         self.posted.insert(id, Posted::Msg { slot, token });
+        self.sq_budget.posted();
         Ok(())
     }
 
@@ -610,6 +683,7 @@ impl Endpoint {
             false,
         )?;
         self.posted.insert(id, p);
+        self.sq_budget.posted();
         Ok(())
     }
 }
@@ -623,6 +697,7 @@ pub struct Transport {
     // Field order is drop order: endpoints (queue pairs, their buffers), the cache, then the
     // port (protection domain, completion queues) and the runtime.
     eps: BTreeMap<u32, Endpoint>,
+    sq_budget: Arc<SqBudget>,
     /// The shared receive queue (its buffers outlive the QPs above, and go before the port).
     srq: Option<srq::SrqState>,
     cache: RegCache<MemoryRegion>,
@@ -659,8 +734,18 @@ impl Transport {
     pub fn open(rt: Box<dyn Runtime>, cfg: TransportConfig) -> Result<Transport, TransportError> {
         let size = rt.info().size;
         let want_srq = cfg.srq_for(size);
-        let w = Wireup::open_with(rt.as_ref(), &cfg.wireup, want_srq.then_some(CQ_DEPTH))?;
-        let eps = w.plans.keys().map(|&p| (p, Endpoint::new())).collect();
+        let w = Wireup::open_with(
+            rt.as_ref(),
+            &cfg.wireup,
+            cfg.cq_depth,
+            want_srq.then_some(cfg.cq_depth),
+        )?;
+        let sq_budget = Arc::new(SqBudget::new(cfg.cq_depth));
+        let eps = w
+            .plans
+            .keys()
+            .map(|&p| (p, Endpoint::new(sq_budget.clone())))
+            .collect();
         let preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>> = Default::default();
         let slot = HDR + cfg.eager_limit;
         let srq = match &w.port().srq {
@@ -669,7 +754,7 @@ impl Transport {
                     q.clone(),
                     w.port().pd.clone(),
                     slot,
-                    CQ_DEPTH,
+                    cfg.cq_depth,
                 ));
                 bufs.add(cfg.srq_reserve)?;
                 let base = cfg.initial_credits(size) - CTL_RESERVE;
@@ -719,6 +804,7 @@ impl Transport {
         }
         Ok(Transport {
             eps,
+            sq_budget,
             srq,
             cache: RegCache::new(cfg.pinned_max),
             w,
@@ -738,6 +824,17 @@ impl Transport {
             qp_peer: IdMap::default(),
             early: Vec::new(),
         })
+    }
+
+    /// The shared send budget: requests in flight on every endpoint, the limit user work may
+    /// reach (the send completion queue's depth less every endpoint's reserve), and how often
+    /// an endpoint waited for it.
+    pub fn send_budget(&self) -> SendBudget {
+        SendBudget {
+            in_flight: self.sq_budget.in_flight.load(Ordering::Relaxed),
+            limit: self.sq_budget.limit.load(Ordering::Relaxed),
+            stalls: self.sq_budget.stalls.load(Ordering::Relaxed) as u64,
+        }
     }
 
     /// Whether eager messages land in the port's shared receive queue.
@@ -1290,6 +1387,12 @@ impl Transport {
                 touched.push(p);
             }
         }
+        if self.sq_budget.hit.swap(false, Ordering::Relaxed) {
+            // Endpoints held back by the shared send budget may go on now.
+            touched.extend(self.eps.iter().filter(|(_, e)| e.busy()).map(|(p, _)| *p));
+            touched.sort_unstable();
+            touched.dedup();
+        }
         for &p in &touched {
             if let Err(e) = self.drain(p) {
                 self.fail(p, FailureCause::Local(e.to_string()));
@@ -1387,13 +1490,14 @@ impl Transport {
             }
             (None, Some(Some(mr))) => Some(mr),
             (None, _) => {
-                if posted_recvs + depth > CQ_DEPTH as usize {
+                let cq = self.cfg.cq_depth;
+                if posted_recvs + depth > cq as usize {
                     return Err(TransportError::EndpointFailed {
                         peer: c.peer,
                         why: format!(
                             "{} connected endpoints x {depth} receive buffers would overflow \
-                             the {CQ_DEPTH}-entry completion queue: lower OPENIB_RECV_DEPTH \
-                             or use the shared receive queue (OPENIB_SRQ=on)",
+                             the {cq}-entry completion queue: lower OPENIB_RECV_DEPTH, raise \
+                             OPENIB_CQ_DEPTH or use the shared receive queue (OPENIB_SRQ=on)",
                             posted_recvs / depth + 1
                         ),
                     });
@@ -1421,14 +1525,29 @@ impl Transport {
         ep.credits = Credits::new(self.initial_credits, CTL_RESERVE);
         ep.conn = Some(c);
         ep.state = EndpointState::Connected;
+        self.update_sq_budget();
         Ok(())
+    }
+
+    /// Resizes the send budget to the endpoints connected now.
+    fn update_sq_budget(&self) {
+        let connected = self
+            .eps
+            .values()
+            .filter(|e| e.state == EndpointState::Connected)
+            .count();
+        self.sq_budget.set_connected(self.cfg.cq_depth, connected);
     }
 
     fn on_send_done(&mut self, peer: u32, id: u32) -> Result<(), TransportError> {
         let Some(ep) = self.eps.get_mut(&peer) else {
             return Ok(());
         };
-        match ep.posted.remove(&id) {
+        let posted = ep.posted.remove(&id);
+        if posted.is_some() {
+            ep.sq_budget.done(1);
+        }
+        match posted {
             Some(Posted::Msg { slot, token }) => {
                 ep.free_send.push(slot);
                 if token != 0 {
@@ -1784,6 +1903,7 @@ impl Transport {
         tracing::info!(peer, error = %why, "endpoint failed");
         ep.state = EndpointState::Failed(why.clone());
         let mut tokens: Vec<u64> = ep.pending.drain(..).map(|o| o.token()).collect();
+        ep.sq_budget.done(ep.posted.len());
         for (_, p) in ep.posted.drain() {
             match p {
                 Posted::Msg { token, .. }
@@ -1811,6 +1931,7 @@ impl Transport {
         ep.to_read.clear();
         self.reading_peers.remove(&peer);
         ep.fins.clear();
+        self.update_sq_budget();
         if let Some(srq) = &mut self.srq {
             if srq.pool.grant(peer).is_some() {
                 srq.retiring.push((peer, self.progress_calls));
@@ -1824,6 +1945,42 @@ impl Transport {
                 cause: cause.clone(),
             });
         }
+    }
+}
+
+#[cfg(test)]
+mod budget_tests {
+    use super::*;
+
+    #[test]
+    fn the_send_budget_leaves_every_endpoint_its_reserve_and_counts_stalls() {
+        let b = SqBudget::new(8192);
+        // No endpoint yet: one reserve and a send queue of flushes.
+        assert_eq!(b.limit.load(Ordering::Relaxed), 8192 - SQ_RESERVE - 256);
+        b.set_connected(8192, 100);
+        assert_eq!(
+            b.limit.load(Ordering::Relaxed),
+            8192 - 101 * SQ_RESERVE - 256
+        );
+        b.set_connected(64, 1);
+        assert_eq!(b.limit.load(Ordering::Relaxed), 64 - 2 * SQ_RESERVE - 16);
+        b.set_connected(64, 1000);
+        assert_eq!(
+            b.limit.load(Ordering::Relaxed),
+            1,
+            "never zero: no deadlock"
+        );
+        b.set_connected(64, 1);
+        for _ in 0..40 {
+            assert!(b.room());
+            b.posted();
+        }
+        assert!(!b.room(), "full at the limit");
+        assert!(b.hit.swap(false, Ordering::Relaxed));
+        assert_eq!(b.stalls.load(Ordering::Relaxed), 1);
+        b.done(1);
+        assert!(b.room());
+        assert!(!b.hit.load(Ordering::Relaxed));
     }
 }
 

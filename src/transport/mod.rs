@@ -1948,6 +1948,35 @@ impl Transport {
     }
 }
 
+fn call(handlers: &mut [Option<Handler>], peer: u32, tag: Tag, data: &[u8]) {
+    match handlers[tag as usize].as_mut() {
+        Some(h) => h(peer, data),
+        None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
+    }
+}
+
+fn check_range(mr: &MemoryRegion, offset: usize, len: usize) -> Result<(), TransportError> {
+    if offset.checked_add(len).is_none_or(|e| e > mr.len()) {
+        return Err(TransportError::Range {
+            offset: offset as u64,
+            len: len as u64,
+            size: mr.len() as u64,
+        });
+    }
+    Ok(())
+}
+
+fn check_remote(remote: &RemoteRegion, roffset: u64, len: u64) -> Result<(), TransportError> {
+    if roffset.checked_add(len).is_none_or(|e| e > remote.len) {
+        return Err(TransportError::Range {
+            offset: roffset,
+            len,
+            size: remote.len,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod budget_tests {
     use super::*;
@@ -1982,33 +2011,4 @@ mod budget_tests {
         assert!(b.room());
         assert!(!b.hit.load(Ordering::Relaxed));
     }
-}
-
-fn call(handlers: &mut [Option<Handler>], peer: u32, tag: Tag, data: &[u8]) {
-    match handlers[tag as usize].as_mut() {
-        Some(h) => h(peer, data),
-        None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
-    }
-}
-
-fn check_range(mr: &MemoryRegion, offset: usize, len: usize) -> Result<(), TransportError> {
-    if offset.checked_add(len).is_none_or(|e| e > mr.len()) {
-        return Err(TransportError::Range {
-            offset: offset as u64,
-            len: len as u64,
-            size: mr.len() as u64,
-        });
-    }
-    Ok(())
-}
-
-fn check_remote(remote: &RemoteRegion, roffset: u64, len: u64) -> Result<(), TransportError> {
-    if roffset.checked_add(len).is_none_or(|e| e > remote.len) {
-        return Err(TransportError::Range {
-            offset: roffset,
-            len,
-            size: remote.len,
-        });
-    }
-    Ok(())
 }

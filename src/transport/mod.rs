@@ -1334,7 +1334,9 @@ impl Transport {
         }
         // A QP in error flushes its other requests: report the error that caused it, which
         // may sit behind the flushes in this batch (or on the other queue).
-        wcs.sort_by_key(|wc| wc.is_flush());
+        if wcs.iter().any(|wc| wc.is_flush()) {
+            wcs.sort_by_key(|wc| wc.is_flush());
+        }
         let mut touched = std::mem::take(&mut self.touched);
         touched.clear();
         for wc in &wcs {

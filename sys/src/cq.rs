@@ -114,7 +114,7 @@ impl CompletionQueue {
         // room for `want` entries (`MaybeUninit<T>` has `T`'s layout).
         let n = unsafe {
             let ctx = (*self.inner.raw).context;
-            let poll = (*ctx).ops.poll_cq.ok_or(Error::InvalidArgument {
+            let poll = (*ctx).ops.poll_cq.ok_or_else(|| Error::InvalidArgument {
                 verb: "ibv_poll_cq",
                 what: "provider has no poll_cq".into(),
             })?;
@@ -148,10 +148,13 @@ impl CompletionQueue {
         // SAFETY: the provider's op, as the inline ibv_req_notify_cq calls it.
         let rc = unsafe {
             let ctx = (*self.inner.raw).context;
-            let f = (*ctx).ops.req_notify_cq.ok_or(Error::InvalidArgument {
-                verb: "ibv_req_notify_cq",
-                what: "provider has no req_notify_cq".into(),
-            })?;
+            let f = (*ctx)
+                .ops
+                .req_notify_cq
+                .ok_or_else(|| Error::InvalidArgument {
+                    verb: "ibv_req_notify_cq",
+                    what: "provider has no req_notify_cq".into(),
+                })?;
             f(self.inner.raw, solicited_only as i32)
         };
         if rc != 0 {

@@ -388,7 +388,7 @@ impl QueuePair {
     ) -> Result<()> {
         let mut bad: *mut v::ibv_send_wr = std::ptr::null_mut();
         let ctx = (*self.raw).context;
-        let f = (*ctx).ops.post_send.ok_or(Error::InvalidArgument {
+        let f = (*ctx).ops.post_send.ok_or_else(|| Error::InvalidArgument {
             verb: "ibv_post_send",
             what: "provider has no post_send".into(),
         })?;
@@ -426,7 +426,7 @@ impl QueuePair {
         // SAFETY: as for post_send.
         let rc = unsafe {
             let ctx = (*self.raw).context;
-            let f = (*ctx).ops.post_recv.ok_or(Error::InvalidArgument {
+            let f = (*ctx).ops.post_recv.ok_or_else(|| Error::InvalidArgument {
                 verb: "ibv_post_recv",
                 what: "provider has no post_recv".into(),
             })?;

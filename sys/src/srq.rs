@@ -94,10 +94,13 @@ impl SharedReceiveQueue {
         // provider copies the request before returning.
         let rc = unsafe {
             let ctx = (*self.inner.raw).context;
-            let f = (*ctx).ops.post_srq_recv.ok_or(Error::InvalidArgument {
-                verb: "ibv_post_srq_recv",
-                what: "provider has no post_srq_recv".into(),
-            })?;
+            let f = (*ctx)
+                .ops
+                .post_srq_recv
+                .ok_or_else(|| Error::InvalidArgument {
+                    verb: "ibv_post_srq_recv",
+                    what: "provider has no post_srq_recv".into(),
+                })?;
             f(self.inner.raw, &mut wr, &mut bad)
         };
         if rc != 0 {

@@ -8,7 +8,8 @@ use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
 use crate::transport::{IdleBackoff, RemoteRegion, Transport, TransportConfig};
 use serde_json::json;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -39,16 +40,63 @@ const TAG_NOTE: u8 = 3;
 struct Inbox {
     name: &'static str,
     count: AtomicU64,
-    /// Whether the handler keeps a copy of the next payload (only the checked ones: copying
-    /// every message would be timed).
-    capture: AtomicBool,
-    last: Mutex<Vec<u8>>,
+    /// The numbers (from 0, in arrival order) of the messages whose payload the handler keeps
+    /// (only the checked ones: copying every message would be timed). Known before the run:
+    /// a message may arrive before its phase starts on this rank.
+    capture: Vec<u64>,
+    captured: Mutex<BTreeMap<u64, Vec<u8>>>,
+}
+
+impl Inbox {
+    fn new(name: &'static str, capture: Vec<u64>) -> Arc<Inbox> {
+        Arc::new(Inbox {
+            name,
+            count: AtomicU64::new(0),
+            capture,
+            captured: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// The payload of message `n` (one of `capture`), once it arrived.
+    fn payload(&self, n: u64) -> Option<Vec<u8>> {
+        self.captured.lock().expect("inbox").get(&n).cloned()
+    }
+}
+
+/// Round trips (and streamed messages) for `size`: fewer above 64 KiB.
+fn iters_for(a: &BenchArgs, size: usize) -> u64 {
+    if size > 65536 {
+        a.iters.div_ceil(4).max(10) as u64
+    } else {
+        a.iters as u64
+    }
 }
 
 fn pattern(size: usize, salt: u8) -> Vec<u8> {
     (0..size)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(salt))
         .collect()
+}
+
+/// Where `got` differs from `want`, for the error message.
+fn mismatch(got: &[u8], want: &[u8]) -> String {
+    match got.iter().zip(want).position(|(a, b)| a != b) {
+        _ if got.len() != want.len() => format!("{} bytes, expected {}", got.len(), want.len()),
+        Some(i) => {
+            let end = (i + 16).min(got.len());
+            let bad = got[i..]
+                .iter()
+                .zip(&want[i..])
+                .filter(|(a, b)| a != b)
+                .count();
+            format!(
+                "{bad} bytes differ from offset {i}: got {:02x?}, expected {:02x?}",
+                &got[i..end],
+                &want[i..end]
+            )
+        }
+        None => "no difference".into(),
+    }
 }
 
 pub fn run(a: &BenchArgs) -> i32 {
@@ -107,24 +155,19 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let mut t = Transport::open(rt, cfg).map_err(|e| e.to_string())?;
     let me = t.rank();
     let peer = 1 - me;
-    let inbox = Arc::new(Inbox {
-        name: "inbox",
-        count: AtomicU64::new(0),
-        capture: AtomicBool::new(true),
-        last: Mutex::new(Vec::new()),
-    });
-    let notes = Arc::new(Inbox {
-        name: "notes",
-        count: AtomicU64::new(0),
-        capture: AtomicBool::new(true),
-        last: Mutex::new(Vec::new()),
-    });
-    let regions = Arc::new(Inbox {
-        name: "regions",
-        count: AtomicU64::new(0),
-        capture: AtomicBool::new(true),
-        last: Mutex::new(Vec::new()),
-    });
+    // The first data message of each size is checked: its number on this rank is the count
+    // of data messages of the sizes before (rank 0 receives the pongs, rank 1 the pings and
+    // the bandwidth stream).
+    let mut first = Vec::with_capacity(a.sizes.len());
+    let mut n = 0u64;
+    for &size in &a.sizes {
+        first.push(n);
+        let iters = iters_for(a, size);
+        n += iters + 1 + if me == 1 { iters } else { 0 };
+    }
+    let inbox = Inbox::new("inbox", first.clone());
+    let notes = Inbox::new("notes", Vec::new());
+    let regions = Inbox::new("regions", vec![0]);
     for (tag, ib) in [
         (TAG_DATA, inbox.clone()),
         (TAG_NOTE, notes.clone()),
@@ -133,8 +176,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         t.on_tag(
             tag,
             Box::new(move |_, data| {
-                if ib.capture.load(Ordering::Acquire) {
-                    *ib.last.lock().expect("inbox") = data.to_vec();
+                let n = ib.count.load(Ordering::Acquire);
+                if ib.capture.binary_search(&n).is_ok() {
+                    ib.captured.lock().expect("inbox").insert(n, data.to_vec());
                 }
                 ib.count.fetch_add(1, Ordering::Release);
             }),
@@ -156,19 +200,15 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     t.send(peer, TAG_REGION, &RemoteRegion::of(&landing).encode())
         .map_err(|e| e.to_string())?;
     wait_for(&mut t, &regions, 1, timeout)?;
-    let remote =
-        RemoteRegion::decode(&regions.last.lock().expect("inbox")).ok_or("bad region message")?;
+    let remote = RemoteRegion::decode(&regions.payload(0).unwrap_or_default())
+        .ok_or("bad region message")?;
 
     let eager = t.eager_limit();
     // Messages of each inbox this rank expects to have received so far.
     let (mut want_data, mut want_notes) = (0u64, 0u64);
     let mut results = Vec::new();
-    for &size in &a.sizes {
-        let iters = if size > 65536 {
-            a.iters.div_ceil(4).max(10)
-        } else {
-            a.iters
-        } as u64;
+    for (k, &size) in a.sizes.iter().enumerate() {
+        let iters = iters_for(a, size);
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
         let mut start = Instant::now();
@@ -186,7 +226,6 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 }
                 lap = now;
             }
-            inbox.capture.store(i == 0, Ordering::Release);
             // Count what we expect rather than sampling the inbox: a message may already be
             // there (it can arrive while we still wait for something else).
             want_data += 1;
@@ -198,9 +237,12 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 t.send(peer, TAG_DATA, &msg).map_err(|e| e.to_string())?;
             }
             if i == 0 {
-                let got = inbox.last.lock().expect("inbox").clone();
+                let got = inbox.payload(first[k]).unwrap_or_default();
                 if got != pattern(size, peer as u8) {
-                    return Err(format!("size {size}: the payload arrived corrupted"));
+                    return Err(format!(
+                        "size {size}: the payload arrived corrupted ({})",
+                        mismatch(&got, &pattern(size, peer as u8))
+                    ));
                 }
             }
         }
@@ -208,7 +250,6 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         halves.push(lap.elapsed().as_secs_f64() * 1e6 / 2.0);
         halves.sort_by(f64::total_cmp);
         let latency_median_us = halves[halves.len() / 2];
-        inbox.capture.store(false, Ordering::Release);
         // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
         let t0 = Instant::now();
         if me == 0 {

@@ -460,6 +460,39 @@ enum Posted {
     Read { seq: u32 },
 }
 
+/// The send-queue requests of one queue pair in flight, in posting order. An RC queue pair
+/// completes its send queue in order, so a completion is nearly always the oldest entry
+/// (found in a few instructions, where a hash map costs a hash and a probe on every message);
+/// anything else is looked up from the front.
+#[derive(Default)]
+struct InFlight(VecDeque<(u32, Posted)>);
+
+impl InFlight {
+    fn insert(&mut self, id: u32, p: Posted) {
+        self.0.push_back((id, p));
+    }
+
+    fn remove(&mut self, id: u32) -> Option<Posted> {
+        if self.0.front().is_some_and(|(i, _)| *i == id) {
+            return self.0.pop_front().map(|(_, p)| p);
+        }
+        let at = self.0.iter().position(|(i, _)| *i == id)?;
+        self.0.remove(at).map(|(_, p)| p)
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = (u32, Posted)> + '_ {
+        self.0.drain(..)
+    }
+}
+
 /// An incoming rendezvous: read in fragments into a cache buffer.
 struct Incoming {
     tag: Tag,
@@ -494,7 +527,7 @@ struct Endpoint {
     free_send: Vec<usize>,
     credits: Credits,
     next_seq: u32,
-    posted: IdMap<Posted>,
+    posted: InFlight,
     next_id: u32,
     pending: VecDeque<Op>,
     /// FINs to send (sequence numbers of finished incoming rendezvous).
@@ -553,7 +586,7 @@ impl Endpoint {
             free_send: Vec::new(),
             credits: Credits::new(CTL_RESERVE + 1, CTL_RESERVE),
             next_seq: 0,
-            posted: IdMap::default(),
+            posted: InFlight::default(),
             next_id: 0,
             pending: VecDeque::new(),
             fins: VecDeque::new(),
@@ -1545,7 +1578,7 @@ impl Transport {
         let Some(ep) = self.eps.get_mut(&peer) else {
             return Ok(());
         };
-        let posted = ep.posted.remove(&id);
+        let posted = ep.posted.remove(id);
         if posted.is_some() {
             ep.sq_budget.done(1);
         }

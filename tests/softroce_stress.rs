@@ -27,7 +27,7 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
          echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
          echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
          echo '=== srq'; OPENIB_SRQ=on OPENIB_SRQ_CREDITS=4 OPENIB_SRQ_RESERVE=8 {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 400 --max-size 65536 --threads 2 --puts 5 --atomics 5 --seed 13 || echo FAILED\n\
-         echo '=== srq-auto'; OPENIB_SRQ_PEERS=1 {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 100 --max-size 300000 --threads 1 --puts 5 --atomics 5 --seed 14 || echo FAILED\n\
+         echo '=== srq-auto'; OPENIB_SRQ_PEERS=1 OPENIB_CPC_INCLUDE=rdmacm {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 100 --max-size 300000 --threads 1 --puts 5 --atomics 5 --seed 14 || echo FAILED\n\
          echo '=== srq-survive'; OPENIB_SRQ=on OPENIB_SRQ_RESERVE=16 OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 300 --max-size 100000 --threads 2 --puts 5 --atomics 5 --seed 15 2>&1; echo rc=$?\n\
          echo '=== survive'; OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 400 --max-size 200000 --threads 2 --puts 10 --atomics 10 --seed 12 2>&1; echo rc=$?\n\
          echo '=== rnr-after'; {rnr}; echo\n\
@@ -46,7 +46,7 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
         // Eager messages through the shared receive queue, with a grant of 4 buffers per peer
         // and a reserve of 8 to lend: the credit pool lends and takes back under load.
         ("srq", 3, 400, 2, 5),
-        // OPENIB_SRQ=auto: on above OPENIB_SRQ_PEERS peers.
+        // OPENIB_SRQ=auto: on above OPENIB_SRQ_PEERS peers; through rdmacm's queue pairs.
         ("srq-auto", 3, 100, 1, 5),
     ] {
         let text = sec(name);

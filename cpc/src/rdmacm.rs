@@ -244,7 +244,11 @@ impl RdmacmService {
                 // responder resources, which the active side sets later, in rdma_connect.
                 qp.set_access(openib_sys::Access::ALL)?;
                 self.port.prepare_qp(&qp)?;
-                a.id.connect(qp.qp_num(), &private(self.me, a.peer, a.pair))?;
+                a.id.connect(
+                    qp.qp_num(),
+                    self.port.srq.is_some(),
+                    &private(self.me, a.peer, a.pair),
+                )?;
                 a.qp = Some(qp);
                 Ok(Some(a))
             }
@@ -305,7 +309,11 @@ impl RdmacmService {
             qp.set_access(openib_sys::Access::ALL)?;
             self.port.prepare_qp(&qp)?;
             id.transition(&qp, &[v::IBV_QPS_RTR, v::IBV_QPS_RTS])?;
-            id.accept(qp.qp_num(), &private(self.me, from, pair))?;
+            id.accept(
+                qp.qp_num(),
+                self.port.srq.is_some(),
+                &private(self.me, from, pair),
+            )?;
             Ok::<QueuePair, openib_sys::Error>(qp)
         })();
         match r {

@@ -349,7 +349,7 @@ impl CmId {
         Ok(())
     }
 
-    fn conn_param(qp_num: u32, private: &[u8]) -> cm::rdma_conn_param {
+    fn conn_param(qp_num: u32, srq: bool, private: &[u8]) -> cm::rdma_conn_param {
         cm::rdma_conn_param {
             private_data: private.as_ptr().cast(),
             private_data_len: private.len().min(56) as u8,
@@ -360,15 +360,17 @@ impl CmId {
             flow_control: 0,
             retry_count: 7,
             rnr_retry_count: 7,
-            srq: 0,
+            // Tells the peer's CM that our QP receives through a shared receive queue.
+            srq: u8::from(srq),
             qp_num,
         }
     }
 
-    /// Connects with our own QP `qp_num` (not attached to the id) and `private` data (<= 56 B).
-    pub fn connect(&self, qp_num: u32, private: &[u8]) -> Result<()> {
+    /// Connects with our own QP `qp_num` (not attached to the id; `srq`: it receives through
+    /// a shared receive queue) and `private` data (<= 56 B).
+    pub fn connect(&self, qp_num: u32, srq: bool, private: &[u8]) -> Result<()> {
         let lib = rdmacm()?;
-        let mut p = Self::conn_param(qp_num, private);
+        let mut p = Self::conn_param(qp_num, srq, private);
         // SAFETY: valid id; `private` outlives the call (rdmacm copies it).
         if unsafe { lib.rdma_connect(self.raw, &mut p) } != 0 {
             return Err(Error::last_os("rdma_connect", ""));
@@ -376,9 +378,10 @@ impl CmId {
         Ok(())
     }
 
-    pub fn accept(&self, qp_num: u32, private: &[u8]) -> Result<()> {
+    /// Accepts with our own QP `qp_num` (see [`CmId::connect`]).
+    pub fn accept(&self, qp_num: u32, srq: bool, private: &[u8]) -> Result<()> {
         let lib = rdmacm()?;
-        let mut p = Self::conn_param(qp_num, private);
+        let mut p = Self::conn_param(qp_num, srq, private);
         // SAFETY: as for connect.
         if unsafe { lib.rdma_accept(self.raw, &mut p) } != 0 {
             return Err(Error::last_os("rdma_accept", ""));

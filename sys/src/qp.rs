@@ -9,13 +9,7 @@ use crate::srq::SharedReceiveQueue;
 
 /// The verbs form of a list of entries.
 pub(crate) fn raw_sges(sges: &[Sge]) -> Vec<v::ibv_sge> {
-    sges.iter()
-        .map(|s| v::ibv_sge {
-            addr: s.addr,
-            length: s.length,
-            lkey: s.lkey,
-        })
-        .collect()
+    sges.iter().map(Sge::raw).collect()
 }
 
 /// A scatter/gather entry. Only [`crate::MemoryRegion::sge`] makes one, so every entry lies
@@ -28,6 +22,15 @@ pub struct Sge {
 }
 
 impl Sge {
+    /// The verbs entry.
+    pub(crate) fn raw(&self) -> v::ibv_sge {
+        v::ibv_sge {
+            addr: self.addr,
+            length: self.length,
+            lkey: self.lkey,
+        }
+    }
+
     pub fn addr(&self) -> u64 {
         self.addr
     }
@@ -295,12 +298,7 @@ impl QueuePair {
         signaled: bool,
         inline: bool,
     ) -> Result<()> {
-        let mut one = [v::ibv_sge {
-            addr: sge.addr,
-            length: sge.length,
-            lkey: sge.lkey,
-        }];
-        self.post_send_list(wr_id, op, &mut one, signaled, inline)
+        self.post_send_list(wr_id, op, &mut [sge.raw()], signaled, inline)
     }
 
     fn post_send_list(
@@ -407,12 +405,7 @@ impl QueuePair {
 
     /// [`QueuePair::post_recv`] of one entry, without allocating.
     pub fn post_recv_sge(&self, wr_id: u64, sge: &Sge) -> Result<()> {
-        let mut one = [v::ibv_sge {
-            addr: sge.addr,
-            length: sge.length,
-            lkey: sge.lkey,
-        }];
-        self.post_recv_list(wr_id, &mut one)
+        self.post_recv_list(wr_id, &mut [sge.raw()])
     }
 
     fn post_recv_list(&self, wr_id: u64, sges: &mut [v::ibv_sge]) -> Result<()> {

@@ -74,12 +74,7 @@ impl SharedReceiveQueue {
 
     /// [`SharedReceiveQueue::post_recv`] of one entry, without allocating.
     pub fn post_recv_sge(&self, wr_id: u64, sge: &Sge) -> Result<()> {
-        let mut one = [v::ibv_sge {
-            addr: sge.addr,
-            length: sge.length,
-            lkey: sge.lkey,
-        }];
-        self.post_recv_list(wr_id, &mut one)
+        self.post_recv_list(wr_id, &mut [sge.raw()])
     }
 
     fn post_recv_list(&self, wr_id: u64, sges: &mut [v::ibv_sge]) -> Result<()> {

@@ -74,6 +74,8 @@ pub enum WireError {
     Trailing { len: usize },
     #[error("frame of {len} bytes exceeds the {max}-byte limit")]
     TooLarge { len: usize, max: usize },
+    #[error("invalid {what} at byte {offset}")]
+    Invalid { what: &'static str, offset: usize },
 }
 
 struct Enc(Vec<u8>);
@@ -176,6 +178,10 @@ impl<'a> Dec<'a> {
             });
         }
         Ok(out)
+    }
+    /// The offset of the next byte (for error reports).
+    pub fn pos(&self) -> usize {
+        self.pos
     }
     pub fn finish(&self) -> Result<(), WireError> {
         match self.buf.len() - self.pos {

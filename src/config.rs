@@ -335,7 +335,13 @@ pub struct ConfigError {
 /// The CPC names, as `openib_cpc::CpcId::name` spells them (a unit test checks).
 pub const CPC_NAMES: &[&str] = &["oob", "xoob", "ibcm", "rdmacm", "udcm"];
 /// The points of [`crate::fault::point`] (a unit test checks the sources).
-pub const FAULT_POINTS: &[&str] = &["before-put", "after-put", "in-connect", "in-transfer"];
+pub const FAULT_POINTS: &[&str] = &[
+    "before-put",
+    "after-put",
+    "in-fence",
+    "in-connect",
+    "in-transfer",
+];
 
 fn port_filter(v: &str) -> Result<(), String> {
     openib_ports::Filter::from_lists(Some(v), None)

@@ -1,6 +1,7 @@
 //! Fault injection for tests and users: `OPENIB_FAULT=<point>:<rank>[,<point>:<rank>...]` makes
 //! that rank kill itself with SIGKILL when it reaches the named point, so each failure case can
 //! be reproduced. Points: `before-put`, `after-put` (after the commit, before the fence),
+//! `in-fence` (inside an embedded-runtime fence, just after sending its first fence message),
 //! `in-connect` (after starting its connections, before they finish), `in-transfer` (half
 //! way through the messages of `openib stress`).
 

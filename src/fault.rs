@@ -1,4 +1,5 @@
-//! Fault injection for tests and users: `OPENIB_FAULT=<point>:<rank>[,<point>:<rank>...]` makes
+//! Fault injection for tests and users: `OPENIB_FAULT=<point>:<rank>[,<point>:<rank>...]` (a
+//! bare `<rank>` repeats the previous point: `in-fence:3,5`) makes
 //! that rank kill itself with SIGKILL when it reaches the named point, so each failure case can
 //! be reproduced. Points: `before-put`, `after-put` (after the commit, before the fence),
 //! `in-fence` (inside an embedded-runtime fence, just after sending its first fence message),

@@ -25,7 +25,10 @@ pub fn point(point: &str, rank: u32) {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        eprintln!("openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})");
+        // One write, so that it does not interleave with other processes' lines on one pipe.
+        use std::io::Write;
+        let line = format!("openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})\n");
+        let _ = std::io::stderr().write_all(line.as_bytes());
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     }
 }

@@ -124,6 +124,8 @@ fn agreed(rt: &dyn Runtime) -> BTreeSet<u32> {
 /// left out of the table (and named in [`PeerTable::failed`]); a node's leader is its lowest
 /// rank not agreed dead, and if a leader dies before its node blob got through a fence, the
 /// next live rank of its node publishes it in one more round (one more fence per such death).
+/// There, the per-process and on-demand modes end with a second, non-collecting fence, so a
+/// rank that dies inside the first one is named too.
 pub fn exchange(
     rt: &dyn Runtime,
     node: &NodeBuild,
@@ -220,6 +222,12 @@ pub fn exchange(
         }
         tracing::debug!(?lost, failed = ?now, "node leaders died; their nodes publish again");
         round = now;
+    }
+    if mode != ExchangeMode::Gathered && rt.fence_agrees_on_failures() {
+        // A rank that died inside the only fence may be left out of its agreement (its data
+        // had been accepted); a second, non-collecting fence names it, as the gathered
+        // mode's second fence does. Its blobs got through, so nothing is published again.
+        rt.fence(false, timeout)?;
     }
     let failed = agreed(rt);
 

@@ -1096,10 +1096,8 @@ impl Runtime for Client {
                     key: key.into(),
                 });
         }
-        if self.shared.agreed.lock().expect("agreed").contains(&rank) {
-            // A fence agreed it is dead: later gets run over the survivors only.
-            return Err(RuntimeError::PeerFailed { ranks: vec![rank] });
-        }
+        // A rank agreed dead is asked of the server too: what it committed before dying is
+        // still served (from the cache first), anything else fails at once as PeerFailed.
         if let Some(v) = self
             .cache
             .lock()
@@ -1142,6 +1140,10 @@ impl Runtime for Client {
         let mut all = self.shared.failed.lock().expect("failed").clone();
         all.extend(self.shared.agreed.lock().expect("agreed").iter().copied());
         all.into_iter().collect()
+    }
+
+    fn fence_agrees_on_failures(&self) -> bool {
+        self.fence_kind == FenceKind::Resilient
     }
 
     fn agreed_failed(&self) -> Vec<u32> {

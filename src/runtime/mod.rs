@@ -110,6 +110,11 @@ pub trait Runtime: Send + Sync {
     fn agreed_failed(&self) -> Vec<u32> {
         Vec::new()
     }
+    /// Whether `fence` agrees on failures (completes over the survivors and fills
+    /// `agreed_failed`) rather than failing when a member dies.
+    fn fence_agrees_on_failures(&self) -> bool {
+        false
+    }
 }
 
 /// Picks the backend from the environment:

@@ -480,6 +480,13 @@ pub static SETTINGS: &[Setting] = &[
         "put an arrival mark before each PMIx fence, so a fence timeout names the missing ranks (about +0.5 ms a fence)",
     ),
     Setting::new(
+        "OPENIB_RT_FENCE",
+        C::Runtime,
+        Kind::Enum(&["resilient", "star"]),
+        Some("resilient"),
+        "the fence of `openib run`: resilient (survivors agree on the dead and go on) or star (rank 0 is the root; any death fails the fence); the same for every rank",
+    ),
+    Setting::new(
         "OPENIB_LIBPMIX",
         C::Runtime,
         Kind::Path,

@@ -546,7 +546,8 @@ enum ResEnd {
 }
 
 impl Client {
-    /// Joins the job described by `OPENIB_RT_SOCKET`, `OPENIB_RT_RANK` and `OPENIB_RT_TOKEN`.
+    /// Joins the job described by `OPENIB_RT_SOCKET`, `OPENIB_RT_RANK` and `OPENIB_RT_TOKEN`,
+    /// with the fence `OPENIB_RT_FENCE` names (default resilient).
     pub fn connect_from_env() -> Result<Client> {
         let var = |k: &str| {
             std::env::var(k).map_err(|_| RuntimeError::Backend {
@@ -563,7 +564,17 @@ impl Client {
             backend: "embedded",
             what: format!("{TOKEN_ENV} is not hex"),
         })?;
-        Self::connect(Path::new(&socket), rank, token)
+        let fence = match crate::config::choice("OPENIB_RT_FENCE") {
+            Ok(Some("star")) => FenceKind::Star,
+            Ok(_) => FenceKind::Resilient,
+            Err(e) => {
+                return Err(RuntimeError::Backend {
+                    backend: "embedded",
+                    what: e.to_string(),
+                })
+            }
+        };
+        Ok(Self::connect(Path::new(&socket), rank, token)?.with_fence(fence))
     }
 
     /// Joins the job at `socket` as `rank`.

@@ -152,10 +152,16 @@ impl Server {
 
     /// Records that `rank`'s process exited, so peers waiting on it fail fast: an exit without
     /// a goodbye, or any unsuccessful exit (even after a goodbye), makes it a failed rank.
+    ///
+    /// A successful exit whose connection is still open is left to the connection: its last
+    /// frames (fence messages, then the goodbye) may not have been read yet, and a death notice
+    /// now would overtake them (a star fence's root that exits right after sending its verdict
+    /// would fail its members). The connection marks it dead if it ends without a goodbye.
     pub fn process_exited(&self, rank: u32, success: bool) {
         let mut st = self.shared.state.lock().expect("server lock");
         let clean = success && st.finished.contains(&rank);
-        if !clean && !st.dead.contains(&rank) {
+        let draining = success && st.conns.contains_key(&rank);
+        if !clean && !draining && !st.dead.contains(&rank) {
             mark_dead(&self.shared, &mut st, rank);
         }
     }
@@ -723,8 +729,9 @@ impl Client {
             .iter()
             .copied()
             .collect();
-        // The previous fence stops answering: everyone it could owe an answer is here or dead.
-        *self.shared.last.lock().expect("last") = None;
+        // The previous decided fence (`last`) keeps answering from the reader thread while this
+        // one runs: a member still repairing its tree in it may need an answer from us before
+        // it can join this one (it cannot be two fences behind: this one needs it).
         let t0 = Instant::now();
         let deadline = t0 + timeout;
         let deadline_ms = u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX);

@@ -1439,6 +1439,50 @@ mod tests {
     }
 
     #[test]
+    fn a_decided_fence_keeps_answering_after_fence_returned() {
+        use crate::runtime::resilient::{view_hash, Body, View};
+        let (_s, clients) = job(3, 1);
+        in_threads(&clients, |c| {
+            c.fence(true, Duration::from_secs(20)).unwrap()
+        });
+        // Rank 2 forgets its own finished fence, so answers to it reach its event queue.
+        *clients[2].shared.last.lock().unwrap() = None;
+        // A late report of fence 1 (as after a repair), to rank 0, which is back in the
+        // application: its reader thread answers with the decision.
+        let late = ResMsg {
+            epoch: 1,
+            view: View {
+                hash: view_hash(&[]),
+                failed: Arc::new(vec![]),
+            },
+            body: Body::Up {
+                root: 0,
+                data: Default::default(),
+                acked: None,
+            },
+        };
+        clients[2]
+            .send(&Msg::Route {
+                to: 0,
+                payload: FencePayload::Res(late).encode(),
+            })
+            .unwrap();
+        let events = clients[2].events.lock().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match events.recv_timeout(left) {
+                Ok(Event::Fence {
+                    from: 0,
+                    msg: FencePayload::Res(m),
+                }) if m.kind() == "commit" => break,
+                Ok(_) => continue,
+                Err(e) => panic!("no answer from rank 0's finished fence: {e}"),
+            }
+        }
+    }
+
+    #[test]
     fn fence_payloads_round_trip_and_reject_bad_input() {
         let ps = [
             FencePayload::Star(FenceMsg::Abort {

@@ -718,6 +718,11 @@ impl Client {
     fn run_resilient_fence(&self, epoch: u64, collect: bool, timeout: Duration) -> Result<()> {
         let me = self.info.rank;
         let agreed = self.shared.agreed.lock().expect("agreed").clone();
+        if agreed.contains(&me) {
+            // Only possible if a fence's view said this live process died (the server saw its
+            // connection end): the others no longer wait for it.
+            return Err(RuntimeError::PeerFailed { ranks: vec![me] });
+        }
         let members: Vec<u32> = (0..self.info.size)
             .filter(|r| !agreed.contains(r))
             .collect();

@@ -987,6 +987,39 @@ mod tests {
         ));
     }
 
+    proptest::proptest! {
+        /// Any bytes: a typed error or a message, never a panic; and the encoding is
+        /// canonical (what decodes re-encodes to the same bytes).
+        #[test]
+        fn wire_decoder_is_total_and_canonical(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            if let Ok(m) = ResMsg::decode(&bytes) {
+                proptest::prop_assert_eq!(m.encode(), bytes);
+            }
+        }
+
+        /// Valid messages with one byte changed or cut short: the same.
+        #[test]
+        fn wire_mutations_are_rejected_or_canonical(
+            which in 0usize..6,
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            xor in 1u8..=255,
+            cut in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b = sample_messages()[which].encode();
+            let i = at.index(b.len());
+            if cut {
+                b.truncate(i);
+            } else {
+                b[i] ^= xor;
+            }
+            if let Ok(m) = ResMsg::decode(&b) {
+                proptest::prop_assert_eq!(m.encode(), b);
+            }
+        }
+    }
+
     #[test]
     fn a_dead_child_is_replaced_by_its_children() {
         // Ranks are index * 10; index 4's children are 5 and 6.

@@ -236,11 +236,7 @@ fn serve(stream: UnixStream, shared: &Arc<Shared>) -> Result<()> {
         }
         st.conns.insert(rank, conn.clone());
     }
-    loop {
-        let msg = match read_frame(&mut reader) {
-            Ok(Some(m)) => m,
-            Ok(None) | Err(_) => break,
-        };
+    while let Ok(Some(msg)) = read_frame(&mut reader) {
         let mut st = shared.state.lock().expect("server lock");
         match msg {
             Msg::Commit { entries } => {
@@ -539,8 +535,11 @@ pub struct Client {
     next_req: AtomicU64,
     fence_lock: Mutex<()>,
     fence_kind: FenceKind,
-    topology: Box<dyn Fn(&[u32]) -> Box<dyn FenceTopology> + Send + Sync>,
+    topology: TopologyFn,
 }
+
+/// Builds the star fence's topology over the members.
+type TopologyFn = Box<dyn Fn(&[u32]) -> Box<dyn FenceTopology> + Send + Sync>;
 
 /// How a resilient fence call ended.
 enum ResEnd {

@@ -809,6 +809,15 @@ impl Client {
                     ResOut::TimedOut { .. } => {}
                 }
             }
+            if end.is_none() && timed_out.is_some() {
+                // A decision that arrives while waiting for the verdict still counts.
+                if let Some(d) = machine.decision() {
+                    end = Some(ResEnd::Done {
+                        data: d.data.clone(),
+                        failed: d.failed.clone(),
+                    });
+                }
+            }
             if let Some((root, give_up)) = timed_out {
                 if end.is_none() && Instant::now() >= give_up {
                     let failed = machine.known_failed().to_vec();

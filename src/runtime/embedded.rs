@@ -253,6 +253,13 @@ fn serve(stream: UnixStream, shared: &Arc<Shared>) -> Result<()> {
                 };
                 match st.conns.get(&to) {
                     Some(c) => send(c, &m),
+                    None if st.finished.contains(&to) && !st.dead.contains(&to) => {
+                        // It left after its last fence; tell the sender, which routes around
+                        // it (a member repairing a fence the leaver had already decided).
+                        if let Some(c) = st.conns.get(&rank) {
+                            send(c, &Msg::PeerExited { rank: to });
+                        }
+                    }
                     None if !st.dead.contains(&to) => st.undelivered.entry(to).or_default().push(m),
                     None => {}
                 }
@@ -483,8 +490,17 @@ impl FencePayload {
 }
 
 enum Event {
-    Fence { from: u32, msg: FencePayload },
-    PeerGone { rank: u32 },
+    Fence {
+        from: u32,
+        msg: FencePayload,
+    },
+    PeerGone {
+        rank: u32,
+    },
+    /// A fence message to `rank` was dropped: it left cleanly (after deciding its fences).
+    PeerExited {
+        rank: u32,
+    },
 }
 
 struct ClientShared {
@@ -870,6 +886,14 @@ impl Client {
                 Ok(Event::PeerGone { rank }) => {
                     outs.extend(machine.handle(ResIn::PeerGone { rank }))
                 }
+                // A member that left cleanly decided this fence before it went (it finished
+                // every fence): routing around it as if dead reaches a live member holding
+                // the same decision, and the decided value cannot change (everyone live acked
+                // it), so it is never named failed.
+                Ok(Event::PeerExited { rank }) => {
+                    tracing::debug!(rank, "fence peer left; routing around it");
+                    outs.extend(machine.handle(ResIn::PeerGone { rank }))
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(RuntimeError::Backend {
@@ -907,7 +931,7 @@ impl Client {
                         self.early.lock().expect("early").push((from, msg));
                     }
                     Event::Fence { .. } => {}
-                    Event::PeerGone { rank } => {
+                    Event::PeerGone { rank } | Event::PeerExited { rank } => {
                         let outs = m.handle(ResIn::PeerGone { rank });
                         self.shared.route_late(outs);
                     }
@@ -1009,6 +1033,7 @@ impl Client {
                 Ok(Event::PeerGone { rank }) => {
                     outs.extend(machine.handle(FenceIn::PeerGone { rank }))
                 }
+                Ok(Event::PeerExited { .. }) => {}
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(RuntimeError::Backend {
@@ -1059,6 +1084,9 @@ fn client_reader(
                     shared.route_late(outs);
                 }
                 let _ = events.send(Event::PeerGone { rank });
+            }
+            Msg::PeerExited { rank } => {
+                let _ = events.send(Event::PeerExited { rank });
             }
             other => tracing::debug!(msg = ?other, "unexpected message from the server"),
         }
@@ -1493,6 +1521,31 @@ mod tests {
                 Err(e) => panic!("no answer from rank 0's finished fence: {e}"),
             }
         }
+    }
+
+    #[test]
+    fn a_message_to_a_rank_that_left_is_answered_with_peer_exited() {
+        let (server, mut clients) = job(2, 1);
+        drop(clients.pop().unwrap());
+        let t = Instant::now();
+        while !server.shared.state.lock().unwrap().finished.contains(&1) {
+            assert!(t.elapsed() < Duration::from_secs(10), "goodbye not seen");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        clients[0]
+            .send(&Msg::Route {
+                to: 1,
+                payload: FencePayload::Present { epoch: 1 }.encode(),
+            })
+            .unwrap();
+        let ev = clients[0]
+            .events
+            .lock()
+            .unwrap()
+            .recv_timeout(Duration::from_secs(10));
+        assert!(matches!(ev, Ok(Event::PeerExited { rank: 1 })));
+        // Leaving is not failing.
+        assert!(clients[0].failed().is_empty());
     }
 
     #[test]

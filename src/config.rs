@@ -67,10 +67,12 @@ pub enum Kind {
     Enum(&'static [&'static str]),
     /// Comma-separated entries, each one of these names (any case); any text when `None`.
     List(Option<&'static [&'static str]>),
-    /// Comma-separated `NAME:N` entries: NAME one of these names (any case), N in `0..=max`.
+    /// Comma-separated `NAME:N` entries: NAME one of these names (any case), N in `0..=max`;
+    /// with `repeat`, an entry `N` alone means the previous entry's NAME (`in-fence:3,5`).
     Pairs {
         names: &'static [&'static str],
         max: u64,
+        repeat: bool,
     },
     /// Any text.
     String,
@@ -101,9 +103,14 @@ impl Kind {
             Kind::Enum(names) => format!("one of {}", names.join(", ")),
             Kind::List(Some(names)) => format!("a comma-separated list of {}", names.join(", ")),
             Kind::List(None) => "a comma-separated list".into(),
-            Kind::Pairs { names, max } => format!(
-                "comma-separated NAME:N entries, NAME one of {} and N from 0 to {max}",
-                names.join(", ")
+            Kind::Pairs { names, max, repeat } => format!(
+                "comma-separated NAME:N entries, NAME one of {} and N from 0 to {max}{}",
+                names.join(", "),
+                if *repeat {
+                    " (N alone repeats the previous NAME: NAME:N,N)"
+                } else {
+                    ""
+                }
             ),
             Kind::String => "any text".into(),
             Kind::Path => "a file path".into(),
@@ -240,12 +247,15 @@ impl Setting {
                 }
                 Value::List(out)
             }
-            Kind::Pairs { names, max } => {
-                let mut out = Vec::new();
+            Kind::Pairs { names, max, repeat } => {
+                let mut out: Vec<(&'static str, u64)> = Vec::new();
                 for entry in entries(text) {
                     let bad = || format!("bad entry {entry:?}");
-                    let (name, n) = entry.split_once(':').ok_or_else(bad)?;
-                    let name = name_in(names, name.trim()).ok_or_else(bad)?;
+                    let (name, n) = match entry.split_once(':') {
+                        Some((name, n)) => (name_in(names, name.trim()).ok_or_else(bad)?, n),
+                        None if repeat => (out.last().map(|p| p.0).ok_or_else(bad)?, entry),
+                        None => return Err(bad()),
+                    };
                     let n: u64 = n.trim().parse().map_err(|_| bad())?;
                     if n > max {
                         return Err(bad());
@@ -335,7 +345,13 @@ pub struct ConfigError {
 /// The CPC names, as `openib_cpc::CpcId::name` spells them (a unit test checks).
 pub const CPC_NAMES: &[&str] = &["oob", "xoob", "ibcm", "rdmacm", "udcm"];
 /// The points of [`crate::fault::point`] (a unit test checks the sources).
-pub const FAULT_POINTS: &[&str] = &["before-put", "after-put", "in-connect", "in-transfer"];
+pub const FAULT_POINTS: &[&str] = &[
+    "before-put",
+    "after-put",
+    "in-fence",
+    "in-connect",
+    "in-transfer",
+];
 
 fn port_filter(v: &str) -> Result<(), String> {
     openib_ports::Filter::from_lists(Some(v), None)
@@ -428,6 +444,7 @@ pub static SETTINGS: &[Setting] = &[
         Kind::Pairs {
             names: CPC_NAMES,
             max: 255,
+            repeat: false,
         },
         None,
         "CPC priority overrides, NAME:PRIORITY,... (higher wins); unset: oob 50, xoob 60, ibcm 40, rdmacm 30, udcm 63",
@@ -461,6 +478,13 @@ pub static SETTINGS: &[Setting] = &[
         Kind::Bool,
         Some("true"),
         "put an arrival mark before each PMIx fence, so a fence timeout names the missing ranks (about +0.5 ms a fence)",
+    ),
+    Setting::new(
+        "OPENIB_RT_FENCE",
+        C::Runtime,
+        Kind::Enum(&["resilient", "star"]),
+        Some("resilient"),
+        "the fence of `openib run`: resilient (survivors agree on the dead and go on) or star (rank 0 is the root; any death fails the fence); the same for every rank",
     ),
     Setting::new(
         "OPENIB_LIBPMIX",
@@ -600,9 +624,10 @@ pub static SETTINGS: &[Setting] = &[
         Kind::Pairs {
             names: FAULT_POINTS,
             max: u32::MAX as u64,
+            repeat: true,
         },
         None,
-        "fault injection, POINT:RANK,...: that rank SIGKILLs itself at the point; unset: none",
+        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point; unset: none",
     ),
     // logging
     Setting::new(
@@ -986,6 +1011,16 @@ mod tests {
             Ok(Value::Pairs(vec![("in-connect", 1), ("before-put", 0)]))
         );
         assert!(fault.parse("in-conect:1").is_err());
+        assert_eq!(
+            fault.parse("in-fence:3,5, after-put:0,1"),
+            Ok(Value::Pairs(vec![
+                ("in-fence", 3),
+                ("in-fence", 5),
+                ("after-put", 0),
+                ("after-put", 1)
+            ]))
+        );
+        assert!(fault.parse("3,in-fence:5").is_err());
 
         let ifs = setting("OPENIB_IF_INCLUDE");
         assert_eq!(

@@ -1,6 +1,8 @@
-//! Fault injection for tests and users: `OPENIB_FAULT=<point>:<rank>[,<point>:<rank>...]` makes
+//! Fault injection for tests and users: `OPENIB_FAULT=<point>:<rank>[,<point>:<rank>...]` (a
+//! bare `<rank>` repeats the previous point: `in-fence:3,5`) makes
 //! that rank kill itself with SIGKILL when it reaches the named point, so each failure case can
 //! be reproduced. Points: `before-put`, `after-put` (after the commit, before the fence),
+//! `in-fence` (inside an embedded-runtime fence, just after sending its first fence message),
 //! `in-connect` (after starting its connections, before they finish), `in-transfer` (half
 //! way through the messages of `openib stress`).
 
@@ -23,7 +25,10 @@ pub fn point(point: &str, rank: u32) {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        eprintln!("openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})");
+        // One write, so that it does not interleave with other processes' lines on one pipe.
+        use std::io::Write;
+        let line = format!("openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})\n");
+        let _ = std::io::stderr().write_all(line.as_bytes());
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     }
 }

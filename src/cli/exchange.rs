@@ -1,5 +1,6 @@
-//! `openib modex exchange`: the node-leader exchange under the job's runtime; rank 0 prints
-//! what it rebuilt of every peer (JSON shape in docs/CLI.md).
+//! `openib modex exchange`: the node-leader exchange under the job's runtime; the lowest
+//! surviving rank (rank 0 without failures) prints what it rebuilt of every peer and the
+//! agreed failed ranks (JSON shape in docs/CLI.md).
 
 use super::exit;
 use super::ports::PortSource;
@@ -110,6 +111,17 @@ pub fn run(a: &ExchangeArgs) -> i32 {
         Err(e) => return fail(e.to_string()),
     };
     let elapsed = t0.elapsed();
+    // Every rank the fences did not agree is dead must be in the table, and no other.
+    let listed: Vec<u32> = table.peers.iter().map(|p| p.rank).collect();
+    let live: Vec<u32> = (0..info.size)
+        .filter(|r| !table.failed.contains(r))
+        .collect();
+    if listed != live {
+        return fail(format!(
+            "rebuilt rank(s) {listed:?}, but the survivors are {live:?} (failed {:?})",
+            table.failed
+        ));
+    }
     // Every peer's parts must be the ones it published.
     for p in &table.peers {
         let want = synthetic_parts(p.rank, &p.node_blob, p.proc_blob.ports);
@@ -120,16 +132,32 @@ pub fn run(a: &ExchangeArgs) -> i32 {
             ));
         }
     }
-    // What rank 0 reports as this rank's put bytes is rebuilt from the blobs; it must equal
+    // What the reporter shows as this rank's put bytes is rebuilt from the blobs; it must equal
     // what this rank really put.
-    let me = &table.peers[info.rank as usize];
+    let Some(me) = table.peers.iter().find(|p| p.rank == info.rank) else {
+        return fail(format!(
+            "the survivors agreed that this rank failed ({:?})",
+            table.failed
+        ));
+    };
     if me.put_bytes != table.my_put_bytes {
         return fail(format!(
             "put {} bytes but the format accounts for {}",
             table.my_put_bytes, me.put_bytes
         ));
     }
-    if info.rank == 0 {
+    if !table.failed.is_empty() {
+        // Every survivor says what it agreed on (only the reporter prints the table), in one
+        // write so that the lines of several ranks on one pipe do not interleave.
+        use std::io::Write;
+        let line = format!(
+            "openib modex exchange: rank {}: survivors agree; failed rank(s) {:?}\n",
+            info.rank, table.failed
+        );
+        let _ = std::io::stderr().write_all(line.as_bytes());
+    }
+    // The lowest surviving rank reports.
+    if table.peers.first().map(|p| p.rank) == Some(info.rank) {
         print(&table, &info, elapsed, a.json);
     }
     exit::OK
@@ -156,7 +184,7 @@ fn print(t: &PeerTable, info: &crate::runtime::JobInfo, elapsed: Duration, json_
     if json_mode {
         let doc = json!({
             "size": info.size, "backend": info.backend, "mode": t.mode.name(), "exchange_us": elapsed.as_secs_f64() * 1e6,
-            "peers": peers,
+            "peers": peers, "failed": t.failed, "reporter": info.rank,
         });
         println!(
             "{}",
@@ -170,6 +198,9 @@ fn print(t: &PeerTable, info: &crate::runtime::JobInfo, elapsed: Duration, json_
             t.mode.name(),
             elapsed.as_secs_f64() * 1e3
         );
+        if !t.failed.is_empty() {
+            println!("  failed rank(s) {:?} (agreed by every survivor)", t.failed);
+        }
         for p in &peers {
             println!(
                 "  rank {:>3} on {}{}: ports {}; CPCs {}; put {} B",

@@ -161,7 +161,13 @@ pub fn run(a: &RunArgs) -> i32 {
                     let code = exit_code(&st);
                     server.process_exited(rank, code == 0);
                     if code != 0 {
-                        eprintln!("openib run: rank {rank} (pid {}) {}", c.id(), describe(&st));
+                        // One write: the children share this stderr.
+                        let line = format!(
+                            "openib run: rank {rank} (pid {}) {}\n",
+                            c.id(),
+                            describe(&st)
+                        );
+                        let _ = std::io::Write::write_all(&mut std::io::stderr(), line.as_bytes());
                         worst = worst.max(code);
                     }
                 }

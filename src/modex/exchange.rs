@@ -17,7 +17,7 @@ use super::node::NodeBlob;
 use super::procs::{LocalProcs, ProcBlob};
 use super::{Compression, DecodeError, EncodeError, KEY_NODE, KEY_PROC};
 use crate::runtime::{Runtime, RuntimeError, Scope};
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -91,21 +91,41 @@ impl Peer {
     }
 }
 
-/// Every rank of the job, by rank.
+/// Every rank of the job that survived the exchange, by rank.
 #[derive(Debug, Clone)]
 pub struct PeerTable {
+    /// Every rank not in `failed`, ascending.
     pub peers: Vec<Peer>,
     pub mode: ExchangeMode,
     /// What this process itself put (keys plus values).
     pub my_put_bytes: usize,
+    /// The ranks the runtime's fences agreed are dead ([`Runtime::agreed_failed`]), ascending:
+    /// the same on every survivor; empty without failures or on a runtime that cannot agree.
+    pub failed: Vec<u32>,
 }
 
 fn bytes_of(key: &str, v: &[u8]) -> usize {
     key.len() + v.len()
 }
 
+/// The lowest rank of `ranks` not in `failed`.
+fn leader_of(ranks: &[u32], failed: &BTreeSet<u32>) -> Option<u32> {
+    ranks.iter().copied().find(|r| !failed.contains(r))
+}
+
+fn agreed(rt: &dyn Runtime) -> BTreeSet<u32> {
+    rt.agreed_failed().into_iter().collect()
+}
+
 /// Runs the exchange: `node` is this node's blob (every process of a node computes the same
 /// one; only the leader's is published), `mine` the ports and CPC parts of this process.
+///
+/// Failures: on a runtime whose fence agrees on failed ranks (the embedded one), the dead are
+/// left out of the table (and named in [`PeerTable::failed`]); a node's leader is its lowest
+/// rank not agreed dead, and if a leader dies before its node blob got through a fence, the
+/// next live rank of its node publishes it in one more round (one more fence per such death).
+/// There, the per-process and on-demand modes end with a second, non-collecting fence, so a
+/// rank that dies inside the first one is named too.
 pub fn exchange(
     rt: &dyn Runtime,
     node: &NodeBuild,
@@ -121,26 +141,20 @@ pub fn exchange(
     for (r, n) in nodes.iter().enumerate() {
         by_node.entry(n.clone()).or_default().push(r as u32);
     }
-    let leader_of = |n: &str| by_node[n][0];
-    let me_leader = leader_of(&info.node) == info.rank;
     let local: Vec<u32> = by_node[&info.node].clone();
     let cfg = Compression::default();
     let proc_bytes = mine.encode(&node.blob, cfg)?;
-    let mut put = 0usize;
+    let mut proc_put = 0usize;
+    let mut node_put = 0usize;
     crate::fault::point("before-put", info.rank);
 
-    match mode {
-        ExchangeMode::Gathered => {
-            if local.len() > 1 {
-                rt.put(Scope::Local, KEY_PROC, &proc_bytes)?;
-                put += bytes_of(KEY_PROC, &proc_bytes);
-            }
-            rt.commit()?;
-            crate::fault::point("after-put", info.rank);
-            rt.fence(true, timeout)?;
-            if me_leader {
+    // This process's node blob for a round whose live ranks are those not in `failed`.
+    let node_blob = |failed: &BTreeSet<u32>| -> Result<Vec<u8>, ExchangeError> {
+        let mut nb = node.blob.clone();
+        match mode {
+            ExchangeMode::Gathered if local.len() > 1 => {
                 let mut procs = Vec::with_capacity(local.len());
-                for &r in &local {
+                for &r in local.iter().filter(|r| !failed.contains(r)) {
                     if r == info.rank {
                         procs.push(mine.clone());
                         continue;
@@ -151,41 +165,87 @@ pub fn exchange(
                             .map_err(|source| ExchangeError::Mismatch { rank: r, source })?,
                     );
                 }
-                let mut nb = node.blob.clone();
                 nb.local_procs = Some(LocalProcs::gather(&node.blob, &procs)?);
-                let bytes = nb.encode(cfg)?;
-                rt.put(Scope::Global, KEY_NODE, &bytes)?;
-                put += bytes_of(KEY_NODE, &bytes);
             }
-            rt.commit()?;
-            rt.fence(true, timeout)?;
+            // A node with one process publishes its parts in the node blob (no proc blob).
+            _ if local.len() == 1 => {
+                nb.local_procs = Some(LocalProcs::gather(&node.blob, std::slice::from_ref(mine))?);
+            }
+            _ => {}
         }
-        ExchangeMode::PerProcess | ExchangeMode::OnDemand => {
-            if me_leader {
-                // A node with one process publishes its parts in the node blob (no proc blob).
-                let mut nb = node.blob.clone();
-                if local.len() == 1 {
-                    nb.local_procs =
-                        Some(LocalProcs::gather(&node.blob, std::slice::from_ref(mine))?);
-                }
-                let bytes = nb.encode(cfg)?;
-                rt.put(Scope::Global, KEY_NODE, &bytes)?;
-                put += bytes_of(KEY_NODE, &bytes);
-            }
+        Ok(nb.encode(cfg)?)
+    };
+
+    // The failed set the node blobs of the last round were built with.
+    let mut round = agreed(rt);
+    match mode {
+        ExchangeMode::Gathered => {
             if local.len() > 1 {
-                rt.put(Scope::Global, KEY_PROC, &proc_bytes)?;
-                put += bytes_of(KEY_PROC, &proc_bytes);
+                rt.put(Scope::Local, KEY_PROC, &proc_bytes)?;
+                proc_put = bytes_of(KEY_PROC, &proc_bytes);
             }
             rt.commit()?;
             crate::fault::point("after-put", info.rank);
-            rt.fence(mode == ExchangeMode::PerProcess, timeout)?;
+            rt.fence(true, timeout)?;
+            round = agreed(rt);
+        }
+        ExchangeMode::PerProcess | ExchangeMode::OnDemand => {
+            if local.len() > 1 {
+                rt.put(Scope::Global, KEY_PROC, &proc_bytes)?;
+                proc_put = bytes_of(KEY_PROC, &proc_bytes);
+            }
         }
     }
+    let collect = mode != ExchangeMode::OnDemand;
+    let mut first = true;
+    loop {
+        if leader_of(&local, &round) == Some(info.rank) {
+            let bytes = node_blob(&round)?;
+            rt.put(Scope::Global, KEY_NODE, &bytes)?;
+            node_put = bytes_of(KEY_NODE, &bytes);
+        }
+        rt.commit()?;
+        if first && mode != ExchangeMode::Gathered {
+            crate::fault::point("after-put", info.rank);
+        }
+        first = false;
+        rt.fence(collect, timeout)?;
+        let now = agreed(rt);
+        // Done unless a node's leader of this round died before its blob got through.
+        let lost: Vec<u32> = by_node
+            .values()
+            .filter_map(|ranks| leader_of(ranks, &round))
+            .filter(|l| now.contains(l))
+            .collect();
+        if lost.is_empty() {
+            break;
+        }
+        tracing::debug!(?lost, failed = ?now, "node leaders died; their nodes publish again");
+        round = now;
+    }
+    if mode != ExchangeMode::Gathered && rt.fence_agrees_on_failures() {
+        // A rank that died inside the only fence may be left out of its agreement (its data
+        // had been accepted); a second, non-collecting fence names it, as the gathered
+        // mode's second fence does. Its blobs got through, so nothing is published again.
+        rt.fence(false, timeout)?;
+    }
+    let failed = agreed(rt);
 
-    // Rebuild every rank.
+    // Rebuild every surviving rank.
     let mut peers = Vec::with_capacity(info.size as usize);
     for (name, ranks) in &by_node {
-        let leader = ranks[0];
+        let Some(leader) = leader_of(ranks, &round) else {
+            continue;
+        };
+        if ranks.iter().all(|r| failed.contains(r)) {
+            continue;
+        }
+        // The ranks the leader's blob was built for, in order.
+        let in_blob: Vec<u32> = ranks
+            .iter()
+            .copied()
+            .filter(|r| !round.contains(r))
+            .collect();
         let b = rt.get(leader, KEY_NODE, timeout)?;
         let nb = Arc::new(
             NodeBlob::decode(&b).map_err(|source| ExchangeError::Decode {
@@ -197,19 +257,23 @@ pub fn exchange(
         let gathered: Option<Vec<ProcBlob>> =
             nb.local_procs.as_ref().map(|lp| lp.to_proc_blobs(&nb));
         if let Some(g) = &gathered {
-            if g.len() != ranks.len() {
+            if g.len() != in_blob.len() {
                 return Err(ExchangeError::Inconsistent {
                     rank: leader,
                     what: format!(
-                        "node {name}'s gathered section holds {} processes, the runtime says {}",
+                        "node {name}'s gathered section holds {} processes, the runtime says {} ({} failed)",
                         g.len(),
-                        ranks.len()
+                        in_blob.len(),
+                        ranks.len() - in_blob.len()
                     ),
                 });
             }
         }
         let node_len = b.len();
-        for (i, &r) in ranks.iter().enumerate() {
+        for (i, &r) in in_blob.iter().enumerate() {
+            if failed.contains(&r) {
+                continue;
+            }
             let proc_blob = match &gathered {
                 Some(g) => g[i].clone(),
                 None if r == info.rank => mine.clone(),
@@ -226,7 +290,11 @@ pub fn exchange(
                 KEY_PROC.len() + own_proc_len
             } else {
                 0
-            }) + if i == 0 { KEY_NODE.len() + node_len } else { 0 };
+            }) + if r == leader {
+                KEY_NODE.len() + node_len
+            } else {
+                0
+            };
             peers.push(Peer {
                 rank: r,
                 node: name.clone(),
@@ -241,7 +309,8 @@ pub fn exchange(
     Ok(PeerTable {
         peers,
         mode,
-        my_put_bytes: put,
+        my_put_bytes: proc_put + node_put,
+        failed: failed.into_iter().collect(),
     })
 }
 

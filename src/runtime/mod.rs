@@ -94,13 +94,26 @@ pub trait Runtime: Send + Sync {
     fn put(&self, scope: Scope, key: &str, value: &[u8]) -> Result<()>;
     fn commit(&self) -> Result<()>;
     /// Collective barrier; with `collect`, every committed value of every process is delivered
-    /// to every process during the fence, so later gets are local.
+    /// to every process during the fence, so later gets are local. A runtime with an agreeing
+    /// fence (the embedded one) completes it over the survivors when members die, and
+    /// [`Runtime::agreed_failed`] then names the dead; later fences and gets skip them.
     fn fence(&self, collect: bool, timeout: Duration) -> Result<()>;
     /// The value `key` of `rank`; after a non-collecting fence it is fetched on demand.
     fn get(&self, rank: u32, key: &str, timeout: Duration) -> Result<Vec<u8>>;
     /// Ranks known to have died (never fails; empty when none are known).
     fn failed(&self) -> Vec<u32> {
         Vec::new()
+    }
+    /// The failed ranks this process's fences agreed on, ascending: every survivor of the same
+    /// fences reports the same set (a subset of `failed()`). Empty for a runtime whose fence
+    /// does not agree on failures (PMIx, a singleton).
+    fn agreed_failed(&self) -> Vec<u32> {
+        Vec::new()
+    }
+    /// Whether `fence` agrees on failures (completes over the survivors and fills
+    /// `agreed_failed`) rather than failing when a member dies.
+    fn fence_agrees_on_failures(&self) -> bool {
+        false
     }
 }
 

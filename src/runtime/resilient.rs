@@ -33,7 +33,7 @@
 //! detector (every live process eventually learns of every death; nobody is reported dead
 //! while alive). Under them every survivor ends with the same failed set and the same data.
 
-use super::wire::Entry;
+use super::wire::{encode_entries, Dec, Entry, WireError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -98,6 +98,196 @@ impl ResMsg {
             Body::Commit { .. } => "commit",
             Body::Nudge => "nudge",
         }
+    }
+}
+
+/// Wire tags of [`ResMsg`] bodies. They do not overlap [`super::fence::FenceMsg`]'s (1 to 3),
+/// so one routed payload can carry either; never re-purpose one.
+pub mod tag {
+    pub const UP: u8 = 0x11;
+    pub const PROPOSE: u8 = 0x12;
+    pub const ACK: u8 = 0x13;
+    pub const COMMIT: u8 = 0x14;
+    pub const NUDGE: u8 = 0x15;
+}
+
+fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_ranks(out: &mut Vec<u8>, ranks: &[u32]) {
+    put_u32(out, ranks.len() as u32);
+    for &r in ranks {
+        put_u32(out, r);
+    }
+}
+
+fn put_gathered(out: &mut Vec<u8>, data: &Gathered) {
+    put_u32(out, data.len() as u32);
+    for (rank, es) in data {
+        put_u32(out, *rank);
+        encode_entries(out, es);
+    }
+}
+
+fn put_decision(out: &mut Vec<u8>, d: &Decision) {
+    put_ranks(out, &d.failed);
+    put_gathered(out, &d.data);
+}
+
+fn put_ballot(out: &mut Vec<u8>, b: Ballot) {
+    put_u32(out, b.0);
+    put_u32(out, b.1);
+}
+
+/// A strictly ascending rank list (a failed set).
+fn get_ranks(d: &mut Dec<'_>, what: &'static str) -> Result<Vec<u32>, WireError> {
+    let n = d.count(what, 4)?;
+    let mut out: Vec<u32> = Vec::with_capacity(n);
+    for _ in 0..n {
+        let at = d.pos();
+        let r = d.u32(what)?;
+        if out.last().is_some_and(|&last| last >= r) {
+            return Err(WireError::Invalid { what, offset: at });
+        }
+        out.push(r);
+    }
+    Ok(out)
+}
+
+fn get_gathered(d: &mut Dec<'_>) -> Result<Gathered, WireError> {
+    // A rank (4 bytes) and an entry count (4 bytes) at least.
+    let n = d.count("rank count", 8)?;
+    let mut g = Gathered::new();
+    let mut last: Option<u32> = None;
+    for _ in 0..n {
+        let at = d.pos();
+        let rank = d.u32("rank")?;
+        if last.is_some_and(|l| l >= rank) {
+            return Err(WireError::Invalid {
+                what: "rank order",
+                offset: at,
+            });
+        }
+        last = Some(rank);
+        g.insert(rank, d.entries()?);
+    }
+    Ok(g)
+}
+
+fn get_decision(d: &mut Dec<'_>) -> Result<Decision, WireError> {
+    let failed = get_ranks(d, "failed rank")?;
+    let data = get_gathered(d)?;
+    Ok(Decision {
+        failed: Arc::new(failed),
+        data: Arc::new(data),
+    })
+}
+
+fn get_ballot(d: &mut Dec<'_>) -> Result<Ballot, WireError> {
+    Ok((d.u32("ballot root")?, d.u32("ballot attempt")?))
+}
+
+impl ResMsg {
+    /// The wire form: a `u8` tag ([`tag`]), the epoch (`u64`), the view (hash `u64`, failed
+    /// ranks as a `u32` count and ascending `u32`s), then the body's fields. Every integer is
+    /// little-endian; data is a rank count and, per rank, the rank and its entries as in
+    /// [`super::wire`].
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        let t = match self.body {
+            Body::Up { .. } => tag::UP,
+            Body::Propose { .. } => tag::PROPOSE,
+            Body::Ack { .. } => tag::ACK,
+            Body::Commit { .. } => tag::COMMIT,
+            Body::Nudge => tag::NUDGE,
+        };
+        out.push(t);
+        out.extend_from_slice(&self.epoch.to_le_bytes());
+        out.extend_from_slice(&self.view.hash.to_le_bytes());
+        put_ranks(&mut out, &self.view.failed);
+        match &self.body {
+            Body::Up { root, data, acked } => {
+                put_u32(&mut out, *root);
+                put_gathered(&mut out, data);
+                match acked {
+                    None => out.push(0),
+                    Some((b, v)) => {
+                        out.push(1);
+                        put_ballot(&mut out, *b);
+                        put_decision(&mut out, v);
+                    }
+                }
+            }
+            Body::Propose { ballot, value } => {
+                put_ballot(&mut out, *ballot);
+                put_decision(&mut out, value);
+            }
+            Body::Ack { ballot } => put_ballot(&mut out, *ballot),
+            Body::Commit { value } => put_decision(&mut out, value),
+            Body::Nudge => {}
+        }
+        out
+    }
+
+    /// Decodes one message, bounded by `buf`: truncation, an unknown tag, trailing bytes, a
+    /// rank list out of order or a view whose hash does not match its failed set are errors,
+    /// never a panic or an allocation larger than the input allows.
+    pub fn decode(buf: &[u8]) -> Result<ResMsg, WireError> {
+        let mut d = Dec::new(buf);
+        let t = d.u8("resilient fence tag")?;
+        if !(tag::UP..=tag::NUDGE).contains(&t) {
+            return Err(WireError::UnknownTag { tag: t });
+        }
+        let epoch = d.u64("epoch")?;
+        let at = d.pos();
+        let hash = d.u64("view hash")?;
+        let failed = get_ranks(&mut d, "failed rank")?;
+        if view_hash(&failed) != hash {
+            return Err(WireError::Invalid {
+                what: "view hash",
+                offset: at,
+            });
+        }
+        let body = match t {
+            tag::UP => {
+                let root = d.u32("root")?;
+                let data = get_gathered(&mut d)?;
+                let at = d.pos();
+                let acked = match d.u8("acked flag")? {
+                    0 => None,
+                    1 => Some((get_ballot(&mut d)?, get_decision(&mut d)?)),
+                    value => {
+                        return Err(WireError::BadValue {
+                            what: "acked flag",
+                            value,
+                            offset: at,
+                        })
+                    }
+                };
+                Body::Up { root, data, acked }
+            }
+            tag::PROPOSE => Body::Propose {
+                ballot: get_ballot(&mut d)?,
+                value: get_decision(&mut d)?,
+            },
+            tag::ACK => Body::Ack {
+                ballot: get_ballot(&mut d)?,
+            },
+            tag::COMMIT => Body::Commit {
+                value: get_decision(&mut d)?,
+            },
+            _ => Body::Nudge,
+        };
+        d.finish()?;
+        Ok(ResMsg {
+            epoch,
+            view: View {
+                hash,
+                failed: Arc::new(failed),
+            },
+            body,
+        })
     }
 }
 
@@ -644,6 +834,189 @@ mod tests {
                 assert!((i as u32).count_ones() <= usize::BITS - n.leading_zeros());
             }
             assert!(seen.iter().all(|s| *s), "n={n}");
+        }
+    }
+
+    fn sample_messages() -> Vec<ResMsg> {
+        use crate::runtime::Scope;
+        let failed = Arc::new(vec![2, 9]);
+        let view = View {
+            hash: view_hash(&failed),
+            failed: failed.clone(),
+        };
+        let data: Gathered = [
+            (
+                1,
+                vec![Entry {
+                    scope: Scope::Local,
+                    key: "k".into(),
+                    value: vec![1, 2, 3],
+                }],
+            ),
+            (4, vec![]),
+        ]
+        .into();
+        let value = Decision {
+            failed,
+            data: Arc::new(data.clone()),
+        };
+        let empty = View {
+            hash: view_hash(&[]),
+            failed: Arc::new(vec![]),
+        };
+        let bodies = vec![
+            Body::Up {
+                root: 1,
+                data: data.clone(),
+                acked: None,
+            },
+            Body::Up {
+                root: 1,
+                data,
+                acked: Some(((0, 3), value.clone())),
+            },
+            Body::Propose {
+                ballot: (1, 2),
+                value: value.clone(),
+            },
+            Body::Ack { ballot: (7, 0) },
+            Body::Commit { value },
+            Body::Nudge,
+        ];
+        bodies
+            .into_iter()
+            .enumerate()
+            .map(|(i, body)| ResMsg {
+                epoch: u64::MAX - i as u64,
+                view: if i % 2 == 0 {
+                    view.clone()
+                } else {
+                    empty.clone()
+                },
+                body,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn wire_round_trip_and_every_prefix_is_rejected() {
+        for m in sample_messages() {
+            let b = m.encode();
+            assert_eq!(ResMsg::decode(&b), Ok(m.clone()));
+            for n in 0..b.len() {
+                assert!(
+                    matches!(ResMsg::decode(&b[..n]), Err(WireError::Truncated { .. })),
+                    "{} prefix of {n} bytes",
+                    m.kind()
+                );
+            }
+            let mut long = b.clone();
+            long.push(0);
+            assert_eq!(ResMsg::decode(&long), Err(WireError::Trailing { len: 1 }));
+        }
+    }
+
+    #[test]
+    fn wire_byte_order_is_little_endian() {
+        let m = ResMsg {
+            epoch: 0x0102_0304_0506_0708,
+            view: View {
+                hash: view_hash(&[]),
+                failed: Arc::new(vec![]),
+            },
+            body: Body::Ack {
+                ballot: (0x0a0b_0c0d, 1),
+            },
+        };
+        let mut want = vec![tag::ACK, 8, 7, 6, 5, 4, 3, 2, 1];
+        want.extend_from_slice(&view_hash(&[]).to_le_bytes());
+        want.extend_from_slice(&[0, 0, 0, 0, 0x0d, 0x0c, 0x0b, 0x0a, 1, 0, 0, 0]);
+        assert_eq!(m.encode(), want);
+    }
+
+    #[test]
+    fn wire_rejects_bad_tags_flags_views_and_order() {
+        let good = sample_messages();
+        for t in [0u8, 1, 2, 3, 0x10, 0x16, 0xff] {
+            let mut b = good[3].encode();
+            b[0] = t;
+            assert_eq!(ResMsg::decode(&b), Err(WireError::UnknownTag { tag: t }));
+        }
+        // A view hash that does not match its failed set.
+        let mut b = good[0].encode();
+        b[9] ^= 1;
+        assert!(matches!(
+            ResMsg::decode(&b),
+            Err(WireError::Invalid {
+                what: "view hash",
+                ..
+            })
+        ));
+        // Failed ranks out of order (2, 9 -> 9, 2), with the hash of the forged order.
+        let mut b = good[0].encode();
+        b[21..25].copy_from_slice(&9u32.to_le_bytes());
+        b[25..29].copy_from_slice(&2u32.to_le_bytes());
+        b[9..17].copy_from_slice(&view_hash(&[9, 2]).to_le_bytes());
+        assert!(matches!(
+            ResMsg::decode(&b),
+            Err(WireError::Invalid {
+                what: "failed rank",
+                ..
+            })
+        ));
+        // An acked flag other than 0 or 1 (the last byte of an Up without acked).
+        let mut b = good[0].encode();
+        *b.last_mut().unwrap() = 2;
+        assert!(matches!(
+            ResMsg::decode(&b),
+            Err(WireError::BadValue {
+                what: "acked flag",
+                value: 2,
+                ..
+            })
+        ));
+        // A forged count cannot make the decoder allocate past the input.
+        let mut b = vec![tag::COMMIT];
+        b.extend_from_slice(&1u64.to_le_bytes());
+        b.extend_from_slice(&view_hash(&[]).to_le_bytes());
+        b.extend_from_slice(&0u32.to_le_bytes());
+        b.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            ResMsg::decode(&b),
+            Err(WireError::Truncated { .. })
+        ));
+    }
+
+    proptest::proptest! {
+        /// Any bytes: a typed error or a message, never a panic; and the encoding is
+        /// canonical (what decodes re-encodes to the same bytes).
+        #[test]
+        fn wire_decoder_is_total_and_canonical(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+        ) {
+            if let Ok(m) = ResMsg::decode(&bytes) {
+                proptest::prop_assert_eq!(m.encode(), bytes);
+            }
+        }
+
+        /// Valid messages with one byte changed or cut short: the same.
+        #[test]
+        fn wire_mutations_are_rejected_or_canonical(
+            which in 0usize..6,
+            at in proptest::prelude::any::<proptest::sample::Index>(),
+            xor in 1u8..=255,
+            cut in proptest::prelude::any::<bool>(),
+        ) {
+            let mut b = sample_messages()[which].encode();
+            let i = at.index(b.len());
+            if cut {
+                b.truncate(i);
+            } else {
+                b[i] ^= xor;
+            }
+            if let Ok(m) = ResMsg::decode(&b) {
+                proptest::prop_assert_eq!(m.encode(), b);
+            }
         }
     }
 

@@ -51,6 +51,9 @@ pub enum Msg {
     GetReply { req: u64, status: GetStatus },
     /// Server -> client: `rank`'s connection closed without a goodbye (it died).
     PeerGone { rank: u32 },
+    /// Server -> client: a message routed to `rank` was dropped because `rank` said goodbye
+    /// and left (it finished; it is not failed).
+    PeerExited { rank: u32 },
     /// Client -> server: orderly end.
     Bye,
 }
@@ -74,6 +77,8 @@ pub enum WireError {
     Trailing { len: usize },
     #[error("frame of {len} bytes exceeds the {max}-byte limit")]
     TooLarge { len: usize, max: usize },
+    #[error("invalid {what} at byte {offset}")]
+    Invalid { what: &'static str, offset: usize },
 }
 
 struct Enc(Vec<u8>);
@@ -177,6 +182,10 @@ impl<'a> Dec<'a> {
         }
         Ok(out)
     }
+    /// The offset of the next byte (for error reports).
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
     pub fn finish(&self) -> Result<(), WireError> {
         match self.buf.len() - self.pos {
             0 => Ok(()),
@@ -269,6 +278,10 @@ impl Msg {
                 e.u32(*rank);
             }
             Msg::Bye => e.u8(9),
+            Msg::PeerExited { rank } => {
+                e.u8(10);
+                e.u32(*rank);
+            }
         }
         e.0
     }
@@ -327,6 +340,9 @@ impl Msg {
                 rank: d.u32("rank")?,
             },
             9 => Msg::Bye,
+            10 => Msg::PeerExited {
+                rank: d.u32("rank")?,
+            },
             tag => return Err(WireError::UnknownTag { tag }),
         };
         d.finish()?;
@@ -422,6 +438,7 @@ mod tests {
                 req: 7,
                 status: GetStatus::PeerFailed,
             },
+            Msg::PeerExited { rank: 4 },
             Msg::PeerGone { rank: 4 },
             Msg::Bye,
         ]

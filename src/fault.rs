@@ -25,10 +25,24 @@ pub fn point(point: &str, rank: u32) {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_millis())
             .unwrap_or(0);
-        // One write, so that it does not interleave with other processes' lines on one pipe.
-        use std::io::Write;
-        let line = format!("openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})\n");
-        let _ = std::io::stderr().write_all(line.as_bytes());
+        say(&format!(
+            "openib: OPENIB_FAULT: rank {rank} dies at {point} (unix ms {ms})"
+        ));
         let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::Signal::SIGKILL);
     }
+}
+
+/// Writes `line` and a newline to stderr in one write, so that the lines of several processes
+/// on one pipe do not interleave.
+pub fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().write_all(format!("{line}\n").as_bytes());
+}
+
+/// Says, as every survivor of a run with failed ranks does, which ranks the survivors agreed
+/// had failed: `openib COMMAND: rank R: survivors agree; failed rank(s) [..]` (tests read it).
+pub fn say_agreed(command: &str, rank: u32, failed: &[u32]) {
+    say(&format!(
+        "openib {command}: rank {rank}: survivors agree; failed rank(s) {failed:?}"
+    ));
 }

@@ -313,7 +313,20 @@ pub struct Wireup {
     pub plans: BTreeMap<u32, Result<CpcId, String>>,
 }
 
-pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingError> {
+/// What a ping run found, as this rank knows it.
+#[derive(Debug, Clone)]
+pub struct PingReport {
+    /// On the reporter: every pair of the job (for a pair with a failed rank, the survivor's
+    /// view). Elsewhere: this rank's failed pairs.
+    pub pairs: Vec<PairResult>,
+    /// The ranks the final fence agreed had failed (empty where the runtime's fence does not
+    /// agree on failures: it fails instead).
+    pub failed: Vec<u32>,
+    /// Whether this rank gathered and reports the table: the lowest surviving rank.
+    pub reporter: bool,
+}
+
+pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<PingReport, PingError> {
     let info = rt.info().clone();
     let mut w = Wireup::open(rt, cfg)?;
     let mut results: BTreeMap<u32, PairResult> = BTreeMap::new();
@@ -385,47 +398,58 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<Vec<PairResult>, PingEr
     drop(w);
 
     for r in results.values().filter(|r| r.error.is_some()) {
-        eprintln!(
+        crate::fault::say(&format!(
             "openib ping: rank {}: pair {}-{}: {}",
             info.rank,
             r.from,
             r.to,
             r.error.as_deref().unwrap_or("?")
-        );
+        ));
     }
-    // Gather the lower ranks' views at rank 0.
-    let mine_json = serde_json::to_vec(
-        &results
-            .values()
-            .filter(|r| r.from == info.rank)
-            .collect::<Vec<_>>(),
-    )
-    .expect("serialises");
+    // Gather every rank's view at the lowest surviving rank: a pair is reported as its lower
+    // rank saw it, or, when that rank failed, as the higher one did.
+    let mine_json = serde_json::to_vec(&results.values().collect::<Vec<_>>()).expect("serialises");
     let my_errors: Vec<PairResult> = results.values().filter(|r| !r.ok).cloned().collect();
     rt.put(Scope::Global, KEY_RESULTS, &mine_json)?;
     rt.commit()?;
     rt.fence(true, cfg.timeout)?;
-    if info.rank != 0 {
-        return Ok(my_errors);
+    let failed = rt.agreed_failed();
+    if rt.fence_agrees_on_failures() && !failed.is_empty() {
+        crate::fault::say_agreed("ping", info.rank, &failed);
     }
-    let mut all = Vec::new();
-    for r in 0..info.size {
+    let reporter = (0..info.size).find(|r| !failed.contains(r)).unwrap_or(0);
+    if info.rank != reporter {
+        return Ok(PingReport {
+            pairs: my_errors,
+            failed,
+            reporter: false,
+        });
+    }
+    let mut all: BTreeMap<(u32, u32), PairResult> = BTreeMap::new();
+    for r in (0..info.size).filter(|r| !failed.contains(r)) {
         let b = rt.get(r, KEY_RESULTS, cfg.timeout)?;
         let v: Vec<serde_json::Value> = serde_json::from_slice(&b)
             .map_err(|e| PingError::Setup(format!("rank {r}'s results: {e}")))?;
         for x in v {
-            all.push(PairResult {
+            let pair = PairResult {
                 from: x["from"].as_u64().unwrap_or(0) as u32,
                 to: x["to"].as_u64().unwrap_or(0) as u32,
                 cpc: x["cpc"].as_str().map(str::to_string),
                 connect_us: x["connect_us"].as_f64(),
                 ok: x["ok"].as_bool().unwrap_or(false),
                 error: x["error"].as_str().map(str::to_string),
-            });
+            };
+            let key = (pair.from, pair.to);
+            if pair.from == r || !all.contains_key(&key) {
+                all.insert(key, pair);
+            }
         }
     }
-    all.sort_by_key(|r| (r.from, r.to));
-    Ok(all)
+    Ok(PingReport {
+        pairs: all.into_values().collect(),
+        failed,
+        reporter: true,
+    })
 }
 
 /// The GID index connections route from: on RoCE the first IPv4-mapped RoCE v2 GID (the one

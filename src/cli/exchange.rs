@@ -147,14 +147,8 @@ pub fn run(a: &ExchangeArgs) -> i32 {
         ));
     }
     if !table.failed.is_empty() {
-        // Every survivor says what it agreed on (only the reporter prints the table), in one
-        // write so that the lines of several ranks on one pipe do not interleave.
-        use std::io::Write;
-        let line = format!(
-            "openib modex exchange: rank {}: survivors agree; failed rank(s) {:?}\n",
-            info.rank, table.failed
-        );
-        let _ = std::io::stderr().write_all(line.as_bytes());
+        // Every survivor says what it agreed on (only the reporter prints the table).
+        crate::fault::say_agreed("modex exchange", info.rank, &table.failed);
     }
     // The lowest surviving rank reports.
     if table.peers.first().map(|p| p.rank) == Some(info.rank) {

@@ -25,9 +25,15 @@ pub struct PingArgs {
     /// Seconds the exchange, the connections and the messages may each take.
     #[arg(long, default_value_t = 30.0)]
     pub timeout: f64,
-    /// Print JSON: {"pairs": [{"from", "to", "cpc", "connect_us", "ok", "error"}]}.
+    /// Print JSON: {"size", "pairs": [{"from", "to", "cpc", "connect_us", "ok", "error"}],
+    /// "failed": [ranks], "reporter"}.
     #[arg(long)]
     pub json: bool,
+    /// Keep going when ranks die (fail-stop): under `openib run`, whose fence agrees on the
+    /// failed ranks, the survivors report the agreed set, and a pair with a failed rank does
+    /// not fail the run; exit 0 when every pair of survivors connected and exchanged.
+    #[arg(long)]
+    pub survive: bool,
 }
 
 pub fn run(a: &PingArgs) -> i32 {
@@ -76,15 +82,18 @@ pub fn run(a: &PingArgs) -> i32 {
         mode: ExchangeMode::default(),
     };
     match ping(rt.as_ref(), &cfg) {
-        Ok(results) => {
-            let all_ok = results.iter().all(|r| r.ok);
-            if rank == 0 {
+        Ok(report) => {
+            let results = &report.pairs;
+            let counts = |r: &&crate::ping::PairResult| {
+                !(a.survive && (report.failed.contains(&r.from) || report.failed.contains(&r.to)))
+            };
+            let all_ok = results.iter().filter(counts).all(|r| r.ok);
+            if report.reporter {
                 if a.json {
                     println!(
                         "{}",
-                        serde_json::to_string_pretty(
-                            &json!({"size": rt.info().size, "pairs": results})
-                        )
+                        serde_json::to_string_pretty(&json!({"size": rt.info().size,
+                            "pairs": results, "failed": report.failed, "reporter": rank}))
                         .expect("serialises")
                     );
                 } else {
@@ -93,7 +102,10 @@ pub fn run(a: &PingArgs) -> i32 {
                         rt.info().size,
                         results.len()
                     );
-                    for r in &results {
+                    if !report.failed.is_empty() {
+                        println!("  failed ranks (agreed): {:?}", report.failed);
+                    }
+                    for r in results {
                         println!(
                             "  {:>3} -> {:<3} {:<7} {}",
                             r.from,

@@ -5,8 +5,8 @@
 //! (thread t uses tag 10+t; its messages to a peer must arrive in the order it sent them, with
 //! the content derived from (source, thread, index)). Then random puts followed by gets of the
 //! same range, compared byte by byte; then `--atomics` fetch-and-adds and compare-and-swap
-//! increments of counters on rank 0 from every other rank and thread, checked against the
-//! expected totals. With `--check-resources` each rank finally releases the transport and looks
+//! increments of counters on rank 0 (with `--survive`, the lowest surviving rank) from every
+//! other rank and thread, checked against the expected totals. With `--check-resources` each rank finally releases the transport and looks
 //! for QPs and MRs of its own pid in `rdma resource show`.
 
 use super::exit;
@@ -401,11 +401,25 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             ));
         }
     }
+    if survive {
+        // The survivors agree on who died before the one-sided phases, so that they agree on
+        // the peers they exchange regions with and on the rank holding the counters (a rank
+        // may have received everything from a victim and not noticed its death yet).
+        let g = t.lock();
+        let rt = g.runtime();
+        if rt.fence_agrees_on_failures() {
+            rt.fence(false, timeout).map_err(|e| e.to_string())?;
+            dead.lock().expect("dead").extend(rt.agreed_failed());
+        }
+    }
     let live: Vec<u32> = {
         let d = dead.lock().expect("dead");
         peers.iter().copied().filter(|p| !d.contains(p)).collect()
     };
     let peers = live;
+    // The rank whose counters the atomics hit and who checks them: rank 0, or with --survive
+    // the lowest surviving rank.
+    let holder = peers.iter().copied().chain([me]).min().expect("me");
     let stream_secs = send_start.elapsed().as_secs_f64();
 
     // 2. Put then get random ranges of this rank's slice of each peer's landing region.
@@ -450,10 +464,10 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         put_bytes += len as u64;
     }
 
-    // 3. Atomics on rank 0's counters from every other rank and thread.
-    let atomics_each = if me == 0 { 0 } else { a.atomics };
+    // 3. Atomics on the holder's counters from every other rank and thread.
+    let atomics_each = if me == holder { 0 } else { a.atomics };
     if atomics_each > 0 {
-        let c0 = regions[&0].1;
+        let c0 = regions[&holder].1;
         std::thread::scope(|s| -> Result<(), String> {
             let mut hs = Vec::new();
             for _th in 0..threads {
@@ -462,7 +476,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                     let res = t.register(8).map_err(|e| e.to_string())?;
                     let mut last = None;
                     for _ in 0..atomics_each {
-                        wait_token(&t, timeout, |g| g.fetch_add(0, &res, 0, c0, 0, 1))?;
+                        wait_token(&t, timeout, |g| g.fetch_add(holder, &res, 0, c0, 0, 1))?;
                         let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
                         if last.is_some_and(|l| old <= l) {
                             return Err(format!(
@@ -476,7 +490,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                     let mut ok = 0;
                     while ok < atomics_each {
                         wait_token(&t, timeout, |g| {
-                            g.compare_swap(0, &res, 0, c0, 8, guess, guess + 1)
+                            g.compare_swap(holder, &res, 0, c0, 8, guess, guess + 1)
                         })?;
                         let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
                         if old == guess {
@@ -495,10 +509,10 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             Ok(())
         })?;
     }
-    // Everyone tells rank 0 it is done; rank 0 then checks the counters and answers.
-    if me != 0 {
-        t.send(0, TAG_DONE, &[1]).map_err(|e| e.to_string())?;
-        t.progress_until(timeout, "rank 0's final answer", || {
+    // Everyone tells the holder it is done; the holder then checks the counters and answers.
+    if me != holder {
+        t.send(holder, TAG_DONE, &[1]).map_err(|e| e.to_string())?;
+        t.progress_until(timeout, "the counter holder's final answer", || {
             done_count.load(Ordering::Acquire) >= 1
         })
         .map_err(|e| e.to_string())?;
@@ -520,7 +534,18 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             t.send(p, TAG_DONE, &[2]).map_err(|e| e.to_string())?;
         }
     }
-    let failed_ranks: Vec<u32> = dead.lock().expect("dead").iter().copied().collect();
+    let mut failed_ranks: Vec<u32> = dead.lock().expect("dead").iter().copied().collect();
+    if survive {
+        // Survivors agree on who failed: a fence that completes over the survivors (`openib
+        // run`'s resilient fence) decides, whatever each rank noticed on its own.
+        let g = t.lock();
+        let rt = g.runtime();
+        if rt.fence_agrees_on_failures() {
+            rt.fence(false, timeout).map_err(|e| e.to_string())?;
+            failed_ranks = rt.agreed_failed();
+            crate::fault::say_agreed("stress", me, &failed_ranks);
+        }
+    }
     let r = recv.lock().expect("recv");
     if !r.errors.is_empty() {
         return Err(format!(

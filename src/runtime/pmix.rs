@@ -19,8 +19,9 @@
 //!   A fence or get that fails while that set names one of its peers fails with
 //!   [`RuntimeError::PeerFailed`] naming them; a get of a known-dead rank only looks locally
 //!   (`PMIX_IMMEDIATE`: what it committed before a collecting fence is still there) instead of
-//!   waiting on it. Open MPI 4.1.4's mpirun never delivers those events (docs/RUNTIME.md);
-//!   fences over an explicit rank list ([`PmixRuntime::fence_ranks`]) serve the survivors.
+//!   waiting on it. Once the set names dead ranks, `fence` runs over the survivors only
+//!   ([`PmixRuntime::fence_ranks`]). Open MPI 4.1.4's mpirun never delivers those events
+//!   (docs/RUNTIME.md).
 
 use super::{JobInfo, Result, Runtime, RuntimeError, Scope};
 use openib_sys::pmix::{self, FenceOptions, GetMode, GetOptions, PmixClient, Procs};
@@ -335,8 +336,18 @@ impl Runtime for PmixRuntime {
         self.client.commit().map_err(backend_err)
     }
 
+    /// Over every process; once termination events named dead ranks, over the survivors only
+    /// (an explicit process list), so the job can go on without them. Survivors agree on the
+    /// list only when each saw the same events before calling: one that has not seen an event
+    /// yet fences over a larger list and times out naming the dead rank.
     fn fence(&self, collect: bool, timeout: Duration) -> Result<()> {
-        self.fence_over(None, collect, timeout)
+        let dead = self.failed();
+        if dead.is_empty() {
+            return self.fence_over(None, collect, timeout);
+        }
+        let survivors: Vec<u32> = (0..self.info.size).filter(|r| !dead.contains(r)).collect();
+        tracing::debug!(?dead, "PMIx fence over the survivors");
+        self.fence_over(Some(&survivors), collect, timeout)
     }
 
     fn get(&self, rank: u32, key: &str, timeout: Duration) -> Result<Vec<u8>> {

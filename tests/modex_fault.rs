@@ -8,6 +8,9 @@
 //! Timing decides nothing but the hang bound ([`HANG_BOUND`], far above the ~0.1 s a run
 //! takes here).
 
+#[path = "common/victims.rs"]
+mod victims;
+
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -27,25 +30,6 @@ fn fixture() -> String {
         "{}/tests/fixtures/ib-dual-port.json",
         env!("CARGO_MANIFEST_DIR")
     )
-}
-
-/// One victim set per run: every rank in turn (0, the first root and node leader, included),
-/// and pairs of ranks next to each other, apart, and with rank 0.
-fn victims(two: bool, run: usize) -> Vec<u32> {
-    let n = NP as usize;
-    if !two {
-        return vec![((run * 3) % n) as u32];
-    }
-    let a = (run * 5) % n;
-    let b = match run % 3 {
-        0 => (a + 1) % n,
-        1 => (a + 4) % n,
-        _ => 0,
-    };
-    let b = if b == a { (a + 2) % n } else { b };
-    let mut v = vec![a as u32, b as u32];
-    v.sort_unstable();
-    v
 }
 
 /// `openib run -n 8 --nodes N -- openib modex exchange --json [--mode M]` with `point` at
@@ -173,7 +157,7 @@ fn one_run(point: &str, dead: &[u32], mode: Option<&str>, nodes: u32) -> Duratio
 fn case(point: &str, two: bool) {
     let mut times = Vec::with_capacity(RUNS);
     for run in 0..RUNS {
-        times.push(one_run(point, &victims(two, run), None, 1));
+        times.push(one_run(point, &victims::victims(NP, two, run), None, 1));
     }
     times.sort();
     eprintln!(
@@ -225,7 +209,7 @@ fn other_modes_and_emulated_nodes() {
         for point in ["before-put", "after-put", "in-fence"] {
             times.push(one_run(
                 point,
-                &victims(run % 4 >= 2, run),
+                &victims::victims(NP, run % 4 >= 2, run),
                 Some(mode),
                 nodes,
             ));
@@ -242,10 +226,10 @@ fn other_modes_and_emulated_nodes() {
 
 #[test]
 fn victim_sets_cover_rank_0_and_are_distinct_pairs() {
-    assert!((0..RUNS).any(|r| victims(false, r) == [0]));
-    assert!((0..RUNS).any(|r| victims(true, r).contains(&0)));
+    assert!((0..RUNS).any(|r| victims::victims(NP, false, r) == [0]));
+    assert!((0..RUNS).any(|r| victims::victims(NP, true, r).contains(&0)));
     for r in 0..RUNS {
-        let v = victims(true, r);
+        let v = victims::victims(NP, true, r);
         assert_eq!(v.len(), 2);
         assert!(v[0] < v[1] && v[1] < NP, "{v:?}");
     }

@@ -13,6 +13,8 @@
 
 #[path = "softroce/harness.rs"]
 mod harness;
+#[path = "common/victims.rs"]
+mod victims;
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -21,25 +23,6 @@ const RUNS: usize = 20;
 const NP: u32 = 8;
 /// Seconds after which a run counts as hung (the launcher kills it at 120 s).
 const HANG_BOUND_MS: u64 = 90_000;
-
-/// The victims of run `run`: every rank in turn, and pairs next to each other, apart, and
-/// with rank 0.
-fn victims(two: bool, run: usize) -> Vec<u32> {
-    let n = NP as usize;
-    let a = (run * 3) % n;
-    if !two {
-        return vec![a as u32];
-    }
-    let b = match run % 3 {
-        0 => (a + 1) % n,
-        1 => (a + 4) % n,
-        _ => 0,
-    };
-    let b = if b == a { (a + 2) % n } else { b };
-    let mut v = vec![a as u32, b as u32];
-    v.sort_unstable();
-    v
-}
 
 struct Case {
     name: &'static str,
@@ -91,7 +74,7 @@ fn survivors_agree_when_ranks_die_connecting_and_transferring() {
     let mut script = String::new();
     for case in &CASES {
         for run in 0..RUNS {
-            let dead = victims(case.two, run);
+            let dead = victims::victims(NP, case.two, run);
             let ranks: Vec<String> = dead.iter().map(u32::to_string).collect();
             script.push_str(&format!(
                 "echo '=== {name}-{run}'; t0=$(date +%s%N); OPENIB_FAULT={point}:{ranks} {b} run -n {NP} --timeout 120 -- {cmd} >/tmp/out 2>/tmp/err; \
@@ -111,7 +94,7 @@ fn survivors_agree_when_ranks_die_connecting_and_transferring() {
     let mut took = Vec::new();
     for case in &CASES {
         for run in 0..RUNS {
-            let dead = victims(case.two, run);
+            let dead = victims::victims(NP, case.two, run);
             let name = format!("{}-{run}", case.name);
             let text = harness::section(&out, &name).unwrap_or_else(|| panic!("no {name}: {out}"));
             let ctx = format!("{name}, victims {dead:?}:\n{text}");

@@ -223,6 +223,17 @@ mod tests {
         assert_eq!(q.grant(1), Some(2));
     }
 
+    /// One simulated sender, and the receiver's state for it.
+    struct Sender {
+        /// The sender's credits towards the receiver.
+        send: Credits,
+        /// The receiver's returns towards the sender.
+        recv: Credits,
+        backlog: u32,
+        delivered: u32,
+        live: bool,
+    }
+
     /// Senders that obey their credits, one receiver with an SRQ of `capacity()` buffers that
     /// reposts late and in random order, peers joining and leaving: the SRQ never runs dry,
     /// `granted <= capacity`, and every message of a live peer is delivered.
@@ -230,12 +241,7 @@ mod tests {
         const CTL: u32 = 2;
         let mut pool = CreditPool::new(reserve, base, CTL, max);
         let mut posted = reserve as i64;
-        // Sender state and the receiver's per-peer returns (as `Credits` on both sides).
-        let mut send: Vec<Credits> = Vec::new();
-        let mut recv: Vec<Credits> = Vec::new();
-        let mut backlog: Vec<u32> = Vec::new();
-        let mut delivered: Vec<u32> = Vec::new();
-        let mut live: Vec<bool> = Vec::new();
+        let mut s: Vec<Sender> = Vec::new();
         // Messages in flight to the receiver: (peer, data?, returns); back to senders: returns.
         let mut to_rx: VecDeque<(usize, bool, u16, u8)> = VecDeque::new();
         let mut to_tx: VecDeque<(usize, u16, u8)> = VecDeque::new();
@@ -247,38 +253,26 @@ mod tests {
             rng ^= rng << 17;
             rng
         };
-        let join = |pool: &mut CreditPool,
-                    posted: &mut i64,
-                    send: &mut Vec<Credits>,
-                    recv: &mut Vec<Credits>,
-                    backlog: &mut Vec<u32>,
-                    delivered: &mut Vec<u32>,
-                    live: &mut Vec<bool>| {
-            let p = send.len();
+        // A peer connects: its grant is posted before it may send.
+        let join = |pool: &mut CreditPool, posted: &mut i64, s: &mut Vec<Sender>| {
             *posted += pool.per_peer() as i64;
-            pool.admit(p as u32);
-            send.push(Credits::new(base + CTL, CTL));
-            recv.push(Credits::new(base + CTL, CTL));
-            backlog.push(msgs);
-            delivered.push(0);
-            live.push(true);
+            pool.admit(s.len() as u32);
+            s.push(Sender {
+                send: Credits::new(base + CTL, CTL),
+                recv: Credits::new(base + CTL, CTL),
+                backlog: msgs,
+                delivered: 0,
+                live: true,
+            });
         };
         for _ in 0..peers.min(2) {
-            join(
-                &mut pool,
-                &mut posted,
-                &mut send,
-                &mut recv,
-                &mut backlog,
-                &mut delivered,
-                &mut live,
-            );
+            join(&mut pool, &mut posted, &mut s);
         }
         let mut removed_pending: Vec<usize> = Vec::new();
         for _step in 0..2_000_000 {
-            let n = send.len();
+            let n = s.len();
             let done = n as u32 == peers
-                && (0..n).all(|p| !live[p] || backlog[p] == 0)
+                && s.iter().all(|x| !x.live || x.backlog == 0)
                 && to_rx.is_empty()
                 && consumed.is_empty();
             if done {
@@ -286,23 +280,15 @@ mod tests {
             }
             assert!(pool.granted() <= pool.capacity());
             match next() % 8 {
-                // a peer joins
-                0 if (n as u32) < peers => join(
-                    &mut pool,
-                    &mut posted,
-                    &mut send,
-                    &mut recv,
-                    &mut backlog,
-                    &mut delivered,
-                    &mut live,
-                ),
+                0 if (n as u32) < peers => join(&mut pool, &mut posted, &mut s),
                 // a live peer with credit sends a data message
                 1 | 2 => {
                     let p = (next() as usize) % n;
-                    if live[p] && backlog[p] > 0 && send[p].data > 0 {
-                        send[p].data -= 1;
-                        backlog[p] -= 1;
-                        let (d, c) = send[p].take_returns();
+                    let x = &mut s[p];
+                    if x.live && x.backlog > 0 && x.send.data > 0 {
+                        x.send.data -= 1;
+                        x.backlog -= 1;
+                        let (d, c) = x.send.take_returns();
                         to_rx.push_back((p, true, d, c));
                     }
                 }
@@ -311,10 +297,8 @@ mod tests {
                     let (p, data, d, c) = to_rx.pop_front().unwrap();
                     posted -= 1;
                     assert!(posted >= 0, "SRQ ran dry: receiver-not-ready");
-                    recv[p].on_returns(d, c);
-                    if data {
-                        delivered[p] += 1;
-                    }
+                    s[p].recv.on_returns(d, c);
+                    s[p].delivered += u32::from(data);
                     consumed.push((p, data));
                 }
                 // the receiver reposts a consumed buffer, late and in any order
@@ -323,28 +307,30 @@ mod tests {
                     let (p, data) = consumed.swap_remove(k);
                     posted += 1;
                     if data {
-                        recv[p].to_return += pool.on_repost(p as u32).credits();
+                        s[p].recv.to_return += pool.on_repost(p as u32).credits();
                     } else {
-                        recv[p].reposted(true);
+                        s[p].recv.reposted(true);
                     }
                 }
                 // returns travel back: on a credit-only message when due (the sender side
                 // handles it at once and returns its control buffer on its next header)
                 6 => {
                     let p = (next() as usize) % n;
-                    if live[p] && recv[p].credit_message_due() {
-                        recv[p].ctl -= 1;
-                        let (d, c) = recv[p].take_returns();
+                    let x = &mut s[p];
+                    if x.live && x.recv.credit_message_due() {
+                        x.recv.ctl -= 1;
+                        let (d, c) = x.recv.take_returns();
                         to_tx.push_back((p, d, c));
                     }
                     if let Some((q, d, c)) = to_tx.pop_front() {
-                        send[q].on_returns(d, c);
-                        send[q].reposted(true);
+                        let y = &mut s[q];
+                        y.send.on_returns(d, c);
+                        y.send.reposted(true);
                         // the sender's next message carries the control return; if it has
                         // nothing to send, a control credit comes back to the receiver now
-                        if backlog[q] == 0 {
-                            let (d2, c2) = send[q].take_returns();
-                            recv[q].on_returns(d2, c2);
+                        if y.backlog == 0 {
+                            let (d2, c2) = y.send.take_returns();
+                            y.recv.on_returns(d2, c2);
                         }
                     }
                 }
@@ -352,8 +338,8 @@ mod tests {
                 // is on the wire or waiting to be reposted
                 7 if next() % 64 == 0 => {
                     let p = (next() as usize) % n;
-                    if live[p] && n as u32 == peers {
-                        live[p] = false;
+                    if s[p].live && n as u32 == peers {
+                        s[p].live = false;
                         removed_pending.push(p);
                     }
                 }
@@ -367,9 +353,9 @@ mod tests {
                 !quiet
             });
         }
-        for p in 0..send.len() {
-            if live[p] {
-                assert_eq!(delivered[p], msgs, "peer {p} stalled");
+        for (p, x) in s.iter().enumerate() {
+            if x.live {
+                assert_eq!(x.delivered, msgs, "peer {p} stalled");
             }
         }
     }

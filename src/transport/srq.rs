@@ -148,14 +148,14 @@ impl SrqState {
 
     /// Posts buffer `id` again.
     pub fn repost(&mut self, id: u32) -> Result<(), openib_sys::Error> {
-        let bufs = self.bufs.clone();
-        match self.chunk_of(id) {
-            Some(c) => bufs.repost(c, id),
-            None => Err(openib_sys::Error::InvalidArgument {
+        if self.chunk_of(id).is_none() {
+            return Err(openib_sys::Error::InvalidArgument {
                 verb: "ibv_post_srq_recv",
                 what: format!("receive buffer {id:#x} names no chunk of the shared receive queue"),
-            }),
+            });
         }
+        // The chunk list and the buffers are borrowed apart: no Arc clone per message.
+        self.bufs.repost(&self.chunks[split(id).0], id)
     }
 }
 

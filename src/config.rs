@@ -567,6 +567,13 @@ pub static SETTINGS: &[Setting] = &[
         "largest single RDMA read of a rendezvous transfer, in bytes",
     ),
     Setting::new(
+        "OPENIB_RNDV_PROTOCOL",
+        C::Transport,
+        Kind::Enum(&["write", "read"]),
+        Some("write"),
+        "how a receiver takes rendezvous messages: write (it names its landing buffer, the sender RDMA-writes into it) or read (it RDMA-reads the sender's buffer); processes of a job may differ",
+    ),
+    Setting::new(
         "OPENIB_PINNED_MAX",
         C::Transport,
         Kind::Int {
@@ -616,6 +623,16 @@ pub static SETTINGS: &[Setting] = &[
         Kind::Int { min: 0, max: 4096 },
         Some("256"),
         "SRQ buffers lent to the peers that are sending, beyond their grants (up to OPENIB_RECV_DEPTH credits each)",
+    ),
+    Setting::new(
+        "OPENIB_WAIT_POLLS",
+        C::Transport,
+        Kind::Int {
+            min: 0,
+            max: u32::MAX as u64,
+        },
+        Some("4096"),
+        "idle progress calls in a row after which a waiting loop (flush, openib_flush, bench, stress) sleeps on the completion channel instead of polling; 0: always poll",
     ),
     // fault
     Setting::new(

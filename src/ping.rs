@@ -20,6 +20,10 @@ use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+/// Connections the CPCs finished since the last call: established (CPC, connection) and
+/// failed (CPC, peer, why).
+pub type Settled = (Vec<(CpcId, Connection)>, Vec<(CpcId, u32, String)>);
+
 /// Key under which each rank publishes its ping results for rank 0.
 pub const KEY_RESULTS: &str = "oibK";
 
@@ -77,7 +81,7 @@ impl Services {
         Ok(())
     }
 
-    fn take(&mut self) -> (Vec<(CpcId, Connection)>, Vec<(CpcId, u32, String)>) {
+    fn take(&mut self) -> Settled {
         let mut ok = Vec::new();
         let mut bad = Vec::new();
         if let Some(c) = &mut self.udcm {
@@ -295,10 +299,7 @@ impl Wireup {
     }
 
     /// Progresses every CPC service; returns new connections and failures.
-    pub fn poll(
-        &mut self,
-        now: Instant,
-    ) -> Result<(Vec<(CpcId, Connection)>, Vec<(CpcId, u32, String)>), openib_sys::Error> {
+    pub fn poll(&mut self, now: Instant) -> Result<Settled, openib_sys::Error> {
         self.services.progress(now)?;
         Ok(self.services.take())
     }

@@ -4,7 +4,8 @@
 //! compare-and-swap counters on rank 0 under contention from two ranks of three threads each,
 //! no receiver-not-ready NAK on the device (rxe's hardware counters), and no QP, MR, CQ or PD
 //! of a rank left after `finalize` (`rdma resource show`); the same through rdmacm and oob, and
-//! through the shared receive queue (forced, automatic, and with a rank dying). The 100,000-message run of issue 6
+//! through the shared receive queue (forced, automatic, and with a rank dying), and with the
+//! rendezvous taken by reads, by writes (the default) and one of each. The 100,000-message run of issue 6
 //! is too long for CI under TCG; docs/PERFORMANCE.md records it with its command.
 
 #[path = "softroce/harness.rs"]
@@ -23,6 +24,8 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
         "echo '=== rnr-before'; {rnr}; echo\n\
          echo '=== small'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 2000 --max-size 262144 --threads 2 --puts 40 --atomics 20 --seed 7 || echo FAILED\n\
          echo '=== large'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 60 --max-size 4194304 --threads 2 --puts 10 --atomics 0 --seed 8 || echo FAILED\n\
+         echo '=== large-read'; OPENIB_RNDV_PROTOCOL=read {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 60 --max-size 4194304 --threads 2 --puts 10 --atomics 0 --seed 16 || echo FAILED\n\
+         echo '=== large-mixed'; {b} run -n 2 --timeout 500 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_RNDV_PROTOCOL=read; fi; exec {b} stress --json --check-resources --messages 100 --max-size 300000 --threads 2 --puts 5 --atomics 0 --seed 17' || echo FAILED\n\
          echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
          echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
          echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
@@ -38,6 +41,10 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
     for (name, ranks, messages, threads, atomics) in [
         ("small", 2, 2000, 2, 20),
         ("large", 2, 60, 2, 0),
+        // The rendezvous taken by RDMA reads (OPENIB_RNDV_PROTOCOL=read) instead of the
+        // default writes, and by one of each (the receiver chooses, per process).
+        ("large-read", 2, 60, 2, 0),
+        ("large-mixed", 2, 100, 2, 0),
         ("contention", 3, 300, 3, 40),
         // Every CPC's queue pairs carry the rendezvous reads and atomics (rdmacm's active side
         // once refused them).
@@ -85,7 +92,7 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
             }
         }
         assert_eq!(received, messages * ranks as u64, "{name}: {text}");
-        if name == "large" {
+        if name.starts_with("large") {
             let rndv: u64 = lines
                 .iter()
                 .flat_map(|v| v["endpoints"].as_array().unwrap().clone())

@@ -2,8 +2,8 @@
 
 use crate::handshake::QpAddress;
 use openib_sys::{
-    Access, CompletionQueue, Context, ProtectionDomain, QpCaps, QpInitAttrs, QpType, QueuePair,
-    RcParams, RemoteAddress, SharedReceiveQueue,
+    Access, CompletionChannel, CompletionQueue, Context, ProtectionDomain, QpCaps, QpInitAttrs,
+    QpType, QueuePair, RcParams, RemoteAddress, SharedReceiveQueue,
 };
 use std::sync::{Arc, OnceLock};
 
@@ -14,6 +14,9 @@ pub struct LocalPort {
     pub pd: ProtectionDomain,
     pub send_cq: CompletionQueue,
     pub recv_cq: CompletionQueue,
+    /// The channel both CQs report to once armed (`req_notify`): a waiting transport sleeps
+    /// on it instead of spinning.
+    pub channel: CompletionChannel,
     pub srq: Option<SharedReceiveQueue>,
     pub port: u8,
     pub sgid_index: u8,
@@ -53,13 +56,15 @@ impl LocalPort {
             }
         })?;
         let pd = ProtectionDomain::new(ctx)?;
-        let send_cq = CompletionQueue::new(ctx, cqe, None)?;
-        let recv_cq = CompletionQueue::new(ctx, cqe, None)?;
+        let channel = CompletionChannel::new(ctx)?;
+        let send_cq = CompletionQueue::new(ctx, cqe, Some(&channel))?;
+        let recv_cq = CompletionQueue::new(ctx, cqe, Some(&channel))?;
         Ok(LocalPort {
             ctx: ctx.clone(),
             pd,
             send_cq,
             recv_cq,
+            channel,
             srq: None,
             port,
             sgid_index: sgid_index as u8,

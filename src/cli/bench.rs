@@ -114,7 +114,7 @@ fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Resu
     let mut spins = 0u32;
     let mut backoff = IdleBackoff::default();
     while inbox.count.load(Ordering::Acquire) < n {
-        backoff.after(t.progress().map_err(|e| e.to_string())?);
+        t.progress_idle(&mut backoff).map_err(|e| e.to_string())?;
         // The clock only now and then: reading it may be a system call (TCG guests).
         spins = spins.wrapping_add(1);
         if spins % 4096 == 0 && Instant::now() > deadline {
@@ -209,6 +209,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let mut results = Vec::new();
     for (k, &size) in a.sizes.iter().enumerate() {
         let iters = iters_for(a, size);
+        let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
         let mut start = Instant::now();
@@ -298,7 +299,8 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         results.push(json!({"size": size, "latency_us": latency_us,
             "latency_median_us": latency_median_us, "bandwidth_mb_s": bandwidth,
             "put_bandwidth_mb_s": put_bandwidth, "iterations": iters,
-            "path": if size <= eager { "eager" } else { "rendezvous" }}));
+            "path": if size <= eager { "eager" } else { "rendezvous" },
+            "idle_sleeps": t.idle_sleeps() - sleeps_before}));
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
     if me == 0 {
@@ -307,7 +309,8 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 "{}",
                 serde_json::to_string_pretty(
                     &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
-                        "srq": t.uses_srq(), "send_budget": t.send_budget()})
+                        "srq": t.uses_srq(), "send_budget": t.send_budget(),
+                        "idle_sleeps": t.idle_sleeps()})
                 )
                 .expect("serialises")
             );

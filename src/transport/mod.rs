@@ -165,25 +165,52 @@ fn unwr(id: u64) -> (u32, u64, u32) {
     )
 }
 
-/// The waiting policy of loops that progress until something happens: spin while there is
-/// work, then yield the CPU between polls after 256 idle ones (a waiting process otherwise
-/// takes the CPU that software devices such as rxe need to move the data it waits for).
+/// The waiting policy of loops that progress until something happens
+/// ([`Transport::progress_idle`]): spin while there is work; after 256 idle polls, yield the
+/// CPU between polls; after [`TransportConfig::wait_polls`] idle polls, sleep on the port's
+/// completion channel until a completion arrives (at most 2 ms, so connection
+/// services and failure notices are still polled). A waiting process otherwise takes the CPU
+/// that software devices such as rxe need to move the data it waits for.
 #[derive(Debug, Default)]
 pub struct IdleBackoff {
     idle: u32,
 }
 
 impl IdleBackoff {
-    /// Call after each `progress` with how many completions it handled.
+    /// Call after each `progress` with how many completions it handled; yields the CPU once
+    /// the loop has been idle for a while. (Loops that can sleep use
+    /// [`Transport::progress_idle`] instead.)
     pub fn after(&mut self, handled: usize) {
+        if self.count(handled) > 256 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// Counts an idle poll (or resets on work); the idle polls in a row.
+    fn count(&mut self, handled: usize) -> u32 {
         if handled == 0 {
             self.idle = self.idle.saturating_add(1);
-            if self.idle > 256 {
-                std::thread::yield_now();
-            }
         } else {
             self.idle = 0;
         }
+        self.idle
+    }
+
+    /// Whether a loop idle this long should sleep rather than poll (`wait_polls` 0: never).
+    fn should_sleep(&self, wait_polls: u32) -> bool {
+        wait_polls > 0 && self.idle >= wait_polls
+    }
+}
+
+/// A sleep on the port's completion channel, armed by [`Transport::arm_sleep`]. Sleeping
+/// needs no access to the transport, so a shared transport's lock is released meanwhile.
+pub struct Sleeper(openib_sys::CompletionChannel);
+
+impl Sleeper {
+    /// Sleeps until a completion arrives or `max` passes (signals end it early too).
+    pub fn sleep(&self, max: Duration) -> Result<(), TransportError> {
+        self.0.wait_timeout(Some(max))?;
+        Ok(())
     }
 }
 
@@ -211,6 +238,12 @@ pub struct TransportConfig {
     pub srq_credits: u32,
     /// SRQ buffers lent to sending peers beyond their grants.
     pub srq_reserve: u32,
+    /// Idle progress calls in a row after which a waiting loop sleeps on the completion
+    /// channel instead of polling; 0: never sleep.
+    pub wait_polls: u32,
+    /// How this process takes incoming rendezvous messages: `true` sends a CTS and lets the
+    /// sender RDMA-write, `false` RDMA-reads the source (see [`wire`]).
+    pub rndv_write: bool,
 }
 
 /// `OPENIB_SRQ`: every process of a job must decide the same way, because a sender starts
@@ -243,6 +276,8 @@ impl TransportConfig {
             srq_peers: config::u32("OPENIB_SRQ_PEERS")?,
             srq_credits: config::u32("OPENIB_SRQ_CREDITS")?,
             srq_reserve: config::u32("OPENIB_SRQ_RESERVE")?,
+            wait_polls: config::u32("OPENIB_WAIT_POLLS")?,
+            rndv_write: config::choice("OPENIB_RNDV_PROTOCOL")? != Some("read"),
         })
     }
 
@@ -384,6 +419,14 @@ enum Source {
 }
 
 impl Source {
+    /// `len` bytes of the payload from `offset`, as a scatter/gather entry for a write.
+    fn sge(&self, offset: usize, len: usize) -> Result<openib_sys::Sge, TransportError> {
+        Ok(match self {
+            Source::Cached(m) => m.sge(offset, len)?,
+            Source::User(m, off) => m.sge(off + offset, len)?,
+        })
+    }
+
     fn rts(&self, len: usize) -> Rts {
         let (mr, off) = match self {
             Source::Cached(m) => (m, 0),
@@ -458,6 +501,8 @@ enum Posted {
     },
     /// A fragment of the rendezvous read of message `seq`.
     Read { seq: u32 },
+    /// A fragment of our rendezvous write of message `seq` (the peer sent a CTS).
+    Write { seq: u32 },
 }
 
 /// The send-queue requests of one queue pair in flight, in posting order. An RC queue pair
@@ -502,6 +547,22 @@ struct Incoming {
     next: u64,
     /// Fragments posted and not completed.
     reading: u32,
+    /// Taken by the write protocol: a CTS goes back and the sender writes (no FIN).
+    write: bool,
+}
+
+/// Our rendezvous send, until the peer's FIN (read protocol) or until our writes completed
+/// (write protocol).
+struct Outgoing {
+    src: Source,
+    len: usize,
+    token: u64,
+    /// Write protocol: the peer's landing region (from its CTS).
+    cts: Option<Rts>,
+    /// Next offset to write.
+    next: u64,
+    /// Write fragments posted and not completed.
+    writing: u32,
 }
 
 /// A message ready for (or held back from) its callback.
@@ -532,11 +593,15 @@ struct Endpoint {
     pending: VecDeque<Op>,
     /// FINs to send (sequence numbers of finished incoming rendezvous).
     fins: VecDeque<u32>,
-    /// Our rendezvous sends awaiting the peer's FIN: seq -> (source, token).
-    outgoing: IdMap<(Source, u64)>,
+    /// Our rendezvous sends in progress, by sequence.
+    outgoing: IdMap<Outgoing>,
     incoming: IdMap<Incoming>,
-    /// Incoming rendezvous with fragments left to post, in arrival order.
+    /// Incoming rendezvous with fragments left to post (or a CTS to send), in arrival order.
     to_read: VecDeque<u32>,
+    /// Our rendezvous sends with a CTS and writes left to post, in CTS order.
+    to_write: VecDeque<u32>,
+    /// WRITTEN notices to send (sequences whose writes are all posted).
+    written: VecDeque<u32>,
     reorder: Reorder<Ready>,
     stats: EndpointStats,
     sq_budget: Arc<SqBudget>,
@@ -593,6 +658,8 @@ impl Endpoint {
             outgoing: IdMap::default(),
             incoming: IdMap::default(),
             to_read: VecDeque::new(),
+            to_write: VecDeque::new(),
+            written: VecDeque::new(),
             reorder: Reorder::default(),
             stats: EndpointStats::default(),
             sq_budget,
@@ -605,6 +672,7 @@ impl Endpoint {
             || !self.outgoing.is_empty()
             || !self.incoming.is_empty()
             || !self.fins.is_empty()
+            || !self.written.is_empty()
     }
 
     /// The sequence number of the next message to this peer.
@@ -760,6 +828,8 @@ pub struct Transport {
     /// Receive completions of QPs not attached yet (the peer's first message can arrive
     /// before the CPC hands the connection over).
     early: Vec<WorkCompletion>,
+    /// Sleeps on the completion channel handed out by [`Transport::arm_sleep`].
+    sleeps: u64,
 }
 
 impl Transport {
@@ -856,6 +926,7 @@ impl Transport {
             preposted,
             qp_peer: IdMap::default(),
             early: Vec::new(),
+            sleeps: 0,
         })
     }
 
@@ -868,6 +939,12 @@ impl Transport {
             limit: self.sq_budget.limit.load(Ordering::Relaxed),
             stalls: self.sq_budget.stalls.load(Ordering::Relaxed) as u64,
         }
+    }
+
+    /// How often a waiting loop went to sleep on the completion channel (see
+    /// [`IdleBackoff`]).
+    pub fn idle_sleeps(&self) -> u64 {
+        self.sleeps
     }
 
     /// Whether eager messages land in the port's shared receive queue.
@@ -1278,7 +1355,7 @@ impl Transport {
         let mut out = Vec::new();
         let mut backoff = IdleBackoff::default();
         loop {
-            backoff.after(self.progress()?);
+            self.progress_idle(&mut backoff)?;
             out.append(&mut self.done);
             let busy: Vec<u32> = self
                 .eps
@@ -1439,6 +1516,47 @@ impl Transport {
             self.retire_srq_grants();
         }
         Ok(n)
+    }
+
+    /// One round of a waiting loop: [`Transport::progress`], then by `backoff`'s policy a
+    /// yield or a sleep of at most 2 ms until a completion arrives. Returns the
+    /// completions handled.
+    pub fn progress_idle(&mut self, backoff: &mut IdleBackoff) -> Result<usize, TransportError> {
+        let n = self.progress()?;
+        if backoff.count(n) <= 256 {
+            return Ok(n);
+        }
+        if backoff.should_sleep(self.cfg.wait_polls) {
+            let (n, sleeper) = self.arm_sleep()?;
+            if let Some(s) = sleeper {
+                s.sleep(SERVICE_POLL)?;
+                return self.progress();
+            }
+            backoff.count(n);
+            return Ok(n);
+        }
+        std::thread::yield_now();
+        Ok(n)
+    }
+
+    /// Arms the completion queues to wake the port's channel, then progresses once (a
+    /// completion that came before the arming is handled here, not slept through). Returns
+    /// the completions handled and, when there were none and no connection is being set up
+    /// (those are polled, not signalled), the [`Sleeper`] to wait on.
+    pub fn arm_sleep(&mut self) -> Result<(usize, Option<Sleeper>), TransportError> {
+        if self.connecting > 0 {
+            return Ok((self.progress()?, None));
+        }
+        let lp = self.w.port();
+        lp.recv_cq.req_notify(false)?;
+        lp.send_cq.req_notify(false)?;
+        let channel = lp.channel.clone();
+        let n = self.progress()?;
+        if n > 0 || !self.reading_peers.is_empty() {
+            return Ok((n, None));
+        }
+        self.sleeps += 1;
+        Ok((0, Some(Sleeper(channel))))
     }
 
     fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
@@ -1608,6 +1726,26 @@ impl Transport {
                     self.deliver_ready(peer);
                 }
             }
+            Some(Posted::Write { seq }) => {
+                let o = ep
+                    .outgoing
+                    .get_mut(&seq)
+                    .expect("a write belongs to an outgoing");
+                o.writing -= 1;
+                let all = o.cts.is_some_and(|c| o.next >= c.len);
+                if o.writing == 0 && all {
+                    // Every byte is in the peer's memory: the source is free (its WRITTEN
+                    // notice is posted or queued; it carries no data).
+                    let o = ep.outgoing.remove(&seq).expect("present");
+                    if let Source::Cached(m) = o.src {
+                        self.cache.give_back(m);
+                    }
+                    self.done.push(Completion::Done {
+                        peer,
+                        token: o.token,
+                    });
+                }
+            }
             None => {}
         }
         Ok(())
@@ -1632,7 +1770,9 @@ impl Transport {
                         &buf.as_slice()[..inc.rts.len as usize],
                     );
                     self.cache.give_back(buf);
-                    ep.fins.push_back(seq);
+                    if !inc.write {
+                        ep.fins.push_back(seq);
+                    }
                 }
             }
         }
@@ -1643,6 +1783,9 @@ impl Transport {
     /// the credit it returns. A buffer of the SRQ is reposted whatever became of its sender.
     fn on_recv(&mut self, peer: u32, kind: u64, id: u32, len: usize) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
+        let rndv_write = self.cfg.rndv_write;
+        // A rendezvous completed by this message is delivered once its buffer is reposted.
+        let mut deliver = false;
         let Transport {
             eps,
             srq,
@@ -1677,15 +1820,49 @@ impl Transport {
         ep.credits.on_returns(h.credits, h.ctl);
         match h.kind {
             Kind::Credit => {}
-            Kind::Fin => {
-                if let Some((src, token)) = ep.outgoing.remove(&h.seq) {
-                    if let Source::Cached(m) = src {
+            Kind::Fin => match ep.outgoing.get(&h.seq) {
+                Some(o) if o.cts.is_none() => {
+                    let o = ep.outgoing.remove(&h.seq).expect("present");
+                    if let Source::Cached(m) = o.src {
                         cache.give_back(m);
                     }
-                    done.push(Completion::Done { peer, token });
-                } else {
-                    return Err(bad(format!("FIN for unknown rendezvous {}", h.seq)));
+                    done.push(Completion::Done {
+                        peer,
+                        token: o.token,
+                    });
                 }
+                Some(_) => return Err(bad(format!("FIN after CTS for rendezvous {}", h.seq))),
+                None => return Err(bad(format!("FIN for unknown rendezvous {}", h.seq))),
+            },
+            Kind::Cts => {
+                let region = Rts::parse(payload).map_err(|e| bad(e.to_string()))?;
+                let o = ep
+                    .outgoing
+                    .get_mut(&h.seq)
+                    .ok_or_else(|| bad(format!("CTS for unknown rendezvous {}", h.seq)))?;
+                if o.cts.is_some() {
+                    return Err(bad(format!("second CTS for rendezvous {}", h.seq)));
+                }
+                if region.len != o.len as u64 {
+                    return Err(bad(format!(
+                        "CTS of {} bytes for the {}-byte rendezvous {}",
+                        region.len, o.len, h.seq
+                    )));
+                }
+                o.cts = Some(region);
+                ep.to_write.push_back(h.seq);
+            }
+            Kind::Written => {
+                let inc = ep
+                    .incoming
+                    .get(&h.seq)
+                    .filter(|i| i.write && i.buf.is_some())
+                    .ok_or_else(|| bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)))?;
+                let _ = inc;
+                ep.reorder
+                    .complete(h.seq, Ready::Rndv { seq: h.seq })
+                    .map_err(|e| bad(e.to_string()))?;
+                deliver = true;
             }
             Kind::Eager => {
                 if ep.reorder.pass(h.seq) {
@@ -1713,6 +1890,7 @@ impl Transport {
                         buf: None,
                         next: 0,
                         reading: 0,
+                        write: rndv_write,
                     },
                 );
                 ep.to_read.push_back(h.seq);
@@ -1732,6 +1910,9 @@ impl Transport {
             conn.qp
                 .post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &mr.sge(off, slot_len)?)?;
             ep.credits.reposted(ctl);
+        }
+        if deliver {
+            self.deliver_ready(peer);
         }
         Ok(())
     }
@@ -1760,6 +1941,15 @@ impl Transport {
             let seq = ep.fins.pop_front().expect("checked");
             ep.post_msg(peer, slot_len, Kind::Fin, 0, seq, &[], 0)?;
         }
+        // WRITTEN notices: each follows its writes on the send queue.
+        while !ep.written.is_empty()
+            && ep.credits.data > 0
+            && !ep.free_send.is_empty()
+            && ep.sq_room()
+        {
+            let seq = ep.written.pop_front().expect("checked");
+            ep.post_msg(peer, slot_len, Kind::Written, 0, seq, &[], 0)?;
+        }
         // Rendezvous reads, oldest first, each admitted by the registration cache's bound.
         while let Some(&seq) = ep.to_read.front() {
             let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
@@ -1771,6 +1961,23 @@ impl Transport {
                 inc.buf = Some(cache.take(inc.rts.len as usize, |n| {
                     MemoryRegion::alloc(&pd, n, Access::ALL)
                 })?);
+            }
+            if inc.write {
+                // Write protocol: name the landing region; the sender writes it.
+                let buf = inc.buf.as_ref().expect("taken");
+                let mut p = [0u8; RTS_LEN];
+                Rts {
+                    addr: buf.addr(),
+                    rkey: buf.rkey(),
+                    len: inc.rts.len,
+                }
+                .write(&mut p);
+                if ep.credits.data == 0 || ep.free_send.is_empty() || !ep.sq_room() {
+                    break;
+                }
+                ep.post_msg(peer, slot_len, Kind::Cts, 0, seq, &p, 0)?;
+                ep.to_read.pop_front();
+                continue;
             }
             while ep.sq_room() {
                 let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
@@ -1805,6 +2012,43 @@ impl Transport {
         } else {
             reading_peers.insert(peer);
         }
+        // Rendezvous writes into the landing regions the peer named, oldest first; once all of
+        // one are posted, its WRITTEN notice.
+        while let Some(&seq) = ep.to_write.front() {
+            while ep.sq_room() {
+                let o = ep.outgoing.get_mut(&seq).expect("a CTS'd rendezvous");
+                let cts = o.cts.expect("CTS received");
+                if o.next >= cts.len {
+                    break;
+                }
+                let (off, len) = fragments(cts.len - o.next, fragment)
+                    .next()
+                    .map(|(f, l)| (f + o.next, l))
+                    .expect("bytes left");
+                let sge = o.src.sge(off as usize, len as usize)?;
+                o.next = off + len;
+                o.writing += 1;
+                let op = SendOp::RdmaWrite {
+                    remote_addr: cts.addr + off,
+                    rkey: cts.rkey,
+                };
+                ep.post_rdma(peer, op, sge, Posted::Write { seq })?;
+            }
+            let o = &ep.outgoing[&seq];
+            if o.cts.is_some_and(|c| o.next < c.len) {
+                break; // the send queue is full: continue on the next completion
+            }
+            ep.to_write.pop_front();
+            ep.written.push_back(seq);
+        }
+        while !ep.written.is_empty()
+            && ep.credits.data > 0
+            && !ep.free_send.is_empty()
+            && ep.sq_room()
+        {
+            let seq = ep.written.pop_front().expect("checked");
+            ep.post_msg(peer, slot_len, Kind::Written, 0, seq, &[], 0)?;
+        }
         // User operations in call order.
         while let Some(op) = ep.pending.front() {
             if !ep.sq_room() {
@@ -1835,7 +2079,17 @@ impl Transport {
                     let mut p = [0u8; RTS_LEN];
                     src.rts(len).write(&mut p);
                     ep.post_msg(peer, slot_len, Kind::Rts, tag, seq, &p, 0)?;
-                    ep.outgoing.insert(seq, (src, token));
+                    ep.outgoing.insert(
+                        seq,
+                        Outgoing {
+                            src,
+                            len,
+                            token,
+                            cts: None,
+                            next: 0,
+                            writing: 0,
+                        },
+                    );
                     ep.stats.rndv_sent += 1;
                 }
                 Op::Rdma {
@@ -1944,7 +2198,7 @@ impl Transport {
                 Posted::Msg { token, .. }
                 | Posted::Rdma { token, .. }
                 | Posted::Atomic { token, .. } => tokens.push(token),
-                Posted::Read { .. } => {}
+                Posted::Read { .. } | Posted::Write { .. } => {}
             }
         }
         // Stop the QP before releasing buffers its requests name; buffers of transfers that were
@@ -1952,9 +2206,9 @@ impl Transport {
         if let Some(c) = &ep.conn {
             let _ = c.qp.to_error();
         }
-        for (_, (src, token)) in ep.outgoing.drain() {
-            tokens.push(token);
-            if let Source::Cached(m) = src {
+        for (_, o) in ep.outgoing.drain() {
+            tokens.push(o.token);
+            if let Source::Cached(m) = o.src {
                 self.cache.discard(m);
             }
         }
@@ -1966,6 +2220,8 @@ impl Transport {
         ep.to_read.clear();
         self.reading_peers.remove(&peer);
         ep.fins.clear();
+        ep.to_write.clear();
+        ep.written.clear();
         self.update_sq_budget();
         if let Some(srq) = &mut self.srq {
             if srq.pool.grant(peer).is_some() {
@@ -2045,5 +2301,35 @@ mod budget_tests {
         b.done(1);
         assert!(b.room());
         assert!(!b.hit.load(Ordering::Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::IdleBackoff;
+
+    #[test]
+    fn a_waiting_loop_sleeps_only_after_the_configured_idle_polls_in_a_row() {
+        let mut b = IdleBackoff::default();
+        for i in 1..=99 {
+            assert_eq!(b.count(0), i);
+            assert!(!b.should_sleep(100), "slept after {i} idle polls");
+        }
+        b.count(0);
+        assert!(b.should_sleep(100));
+        // Work resets the count: the next idle stretch starts over.
+        assert_eq!(b.count(3), 0);
+        assert!(!b.should_sleep(100));
+        assert_eq!(b.count(0), 1);
+    }
+
+    #[test]
+    fn wait_polls_zero_never_sleeps() {
+        let mut b = IdleBackoff::default();
+        for _ in 0..10_000 {
+            b.count(0);
+        }
+        assert!(!b.should_sleep(0));
+        assert!(b.should_sleep(10_000));
     }
 }

@@ -113,7 +113,18 @@ impl SharedTransport {
         let deadline = Instant::now() + timeout;
         let mut backoff = super::IdleBackoff::default();
         while !done() {
-            backoff.after(self.progress()?);
+            let n = self.progress()?;
+            backoff.count(n);
+            if backoff.idle > 256 && backoff.should_sleep(self.lock().config().wait_polls) {
+                // Armed under the lock, slept on without it: other threads go on meanwhile.
+                let (n, sleeper) = self.lock().arm_sleep()?;
+                match sleeper {
+                    Some(s) => s.sleep(super::SERVICE_POLL)?,
+                    None => {
+                        backoff.count(n);
+                    }
+                }
+            }
             if Instant::now() > deadline {
                 return Err(TransportError::Timeout {
                     what: what.to_string(),

@@ -15,10 +15,21 @@
 //!   message: the receiver of this header may send that many more.
 //! - `length`: payload bytes after the header (at most the eager limit, itself <= 65,535).
 //! - `sequence`: per-endpoint message number of `EAGER` and `RTS` messages (delivery order);
-//!   `FIN` names the sequence of the rendezvous it finishes; 0 in `CREDIT`.
+//!   `FIN`, `CTS` and `WRITTEN` name the sequence of the rendezvous they belong to; 0 in
+//!   `CREDIT`.
 //!
 //! `RTS` payload (28 bytes): source address u64, rkey u32, length u64, reserved u64.
-//! `FIN` and `CREDIT` have no payload.
+//! `CTS` payload: the same layout, naming the receiver's landing region.
+//! `FIN`, `WRITTEN` and `CREDIT` have no payload.
+//!
+//! A rendezvous is taken by its receiver in one of two ways, the receiver's choice:
+//!
+//! ```text
+//!  read:   sender --RTS--> receiver   receiver RDMA-reads the source   receiver --FIN--> sender
+//!  write:  sender --RTS--> receiver --CTS--> sender   sender RDMA-writes the landing region,
+//!          then --WRITTEN--> receiver (after the writes on the same queue pair, so it is
+//!          handled only once their data is in place)
+//! ```
 
 use thiserror::Error;
 
@@ -53,6 +64,11 @@ pub enum Kind {
     Rts = 2,
     /// The receiver finished reading the rendezvous `sequence`: the source may be released.
     Fin = 3,
+    /// Clear to send: the receiver's landing region for rendezvous `sequence`; the sender
+    /// RDMA-writes the data there, then sends `Written`.
+    Cts = 4,
+    /// The sender's writes of rendezvous `sequence` are in place.
+    Written = 5,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -99,6 +115,8 @@ impl Header {
             1 => Kind::Credit,
             2 => Kind::Rts,
             3 => Kind::Fin,
+            4 => Kind::Cts,
+            5 => Kind::Written,
             k => return Err(WireError::UnknownKind(k)),
         };
         let h = Header {
@@ -118,8 +136,8 @@ impl Header {
         }
         let want = match kind {
             Kind::Eager => payload.len(),
-            Kind::Rts => RTS_LEN,
-            Kind::Credit | Kind::Fin => 0,
+            Kind::Rts | Kind::Cts => RTS_LEN,
+            Kind::Credit | Kind::Fin | Kind::Written => 0,
         };
         if payload.len() != want {
             return Err(WireError::Payload {
@@ -132,7 +150,8 @@ impl Header {
     }
 }
 
-/// Where the receiver of an `RTS` reads the message from.
+/// A region of a rendezvous: where the receiver of an `RTS` reads the message from, or (in a
+/// `CTS`) where the sender writes it to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rts {
     pub addr: u64,
@@ -213,6 +232,38 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    #[test]
+    fn rendezvous_kinds_keep_their_numbers_and_payloads() {
+        for (kind, byte, len) in [
+            (Kind::Rts, 2, RTS_LEN),
+            (Kind::Fin, 3, 0),
+            (Kind::Cts, 4, RTS_LEN),
+            (Kind::Written, 5, 0),
+        ] {
+            let mut b = vec![0u8; HDR + len];
+            Header {
+                tag: 0,
+                kind,
+                credits: 0,
+                ctl: 0,
+                length: len as u16,
+                seq: 9,
+            }
+            .write(&mut b);
+            assert_eq!(b[1], byte, "{kind:?} changed its number");
+            assert_eq!(Header::parse(&b).unwrap().0.kind, kind);
+            // One byte more or less than the kind's payload is malformed.
+            let mut short = b[..HDR].to_vec();
+            short[6] = 0;
+            if len > 0 {
+                assert!(
+                    Header::parse(&short).is_err(),
+                    "{kind:?} without its payload"
+                );
+            }
+        }
     }
 
     #[test]

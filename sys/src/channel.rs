@@ -31,6 +31,7 @@ pub struct CompletionChannel {
 }
 
 impl CompletionChannel {
+    /// A new channel; its descriptor is non-blocking, so draining events never blocks.
     pub fn new(ctx: &Context) -> Result<CompletionChannel> {
         let lib = verbs()?;
         // SAFETY: valid context.
@@ -38,12 +39,26 @@ impl CompletionChannel {
         if raw.is_null() {
             return Err(Error::last_os("ibv_create_comp_channel", ctx.name()));
         }
-        Ok(CompletionChannel {
+        let ch = CompletionChannel {
             inner: Arc::new(ChannelInner {
                 raw,
                 _ctx: ctx.clone(),
             }),
-        })
+        };
+        let fd = ch.fd();
+        // SAFETY: fcntl on the channel's own open descriptor.
+        let rc = unsafe {
+            let flags = libc::fcntl(fd, libc::F_GETFL);
+            if flags < 0 {
+                flags
+            } else {
+                libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK)
+            }
+        };
+        if rc < 0 {
+            return Err(Error::last_os("fcntl(O_NONBLOCK)", ctx.name()));
+        }
+        Ok(ch)
     }
 
     /// The file descriptor to poll for readability.
@@ -52,19 +67,62 @@ impl CompletionChannel {
         unsafe { (*self.inner.raw).fd }
     }
 
-    /// Blocks until a CQ armed with [`crate::CompletionQueue::req_notify`] has an event, acks
-    /// it, and returns the CQ's handle (its `cq_context` is not used by openib).
+    /// Blocks until a CQ armed with [`crate::CompletionQueue::req_notify`] has an event, then
+    /// acks every pending event.
     pub fn wait(&self) -> Result<()> {
-        let lib = verbs()?;
-        let mut cq: *mut v::ibv_cq = std::ptr::null_mut();
-        let mut cq_ctx: *mut std::ffi::c_void = std::ptr::null_mut();
-        // SAFETY: valid channel and out pointers.
-        let rc = unsafe { lib.ibv_get_cq_event(self.inner.raw, &mut cq, &mut cq_ctx) };
-        if rc != 0 {
-            return Err(Error::last_os("ibv_get_cq_event", ""));
-        }
-        // SAFETY: `cq` came from ibv_get_cq_event; one event is acked.
-        unsafe { lib.ibv_ack_cq_events(cq, 1) };
+        while self.wait_timeout(None)? == 0 {}
         Ok(())
+    }
+
+    /// Waits up to `timeout` (`None`: for ever) for events of CQs armed with
+    /// [`crate::CompletionQueue::req_notify`], acks every pending one and returns how many
+    /// there were (0: timed out, or interrupted by a signal). A CQ must be armed again after
+    /// its event to fire again.
+    pub fn wait_timeout(&self, timeout: Option<std::time::Duration>) -> Result<usize> {
+        let ms = match timeout {
+            None => -1,
+            // Rounded up, so a short wait still sleeps rather than spins.
+            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+        };
+        let mut pfd = libc::pollfd {
+            fd: self.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if rc < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                return Ok(0);
+            }
+            return Err(Error::last_os("poll(completion channel)", ""));
+        }
+        if rc == 0 {
+            return Ok(0);
+        }
+        self.ack_pending()
+    }
+
+    /// Acks every event queued on the channel without blocking; returns how many.
+    pub fn ack_pending(&self) -> Result<usize> {
+        let lib = verbs()?;
+        let mut n = 0;
+        loop {
+            let mut cq: *mut v::ibv_cq = std::ptr::null_mut();
+            let mut cq_ctx: *mut std::ffi::c_void = std::ptr::null_mut();
+            // SAFETY: valid channel and out pointers; the descriptor is non-blocking.
+            let rc = unsafe { lib.ibv_get_cq_event(self.inner.raw, &mut cq, &mut cq_ctx) };
+            if rc != 0 {
+                let e = std::io::Error::last_os_error();
+                return match e.kind() {
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted => Ok(n),
+                    _ => Err(Error::last_os("ibv_get_cq_event", "")),
+                };
+            }
+            // SAFETY: `cq` came from ibv_get_cq_event; one event is acked.
+            unsafe { lib.ibv_ack_cq_events(cq, 1) };
+            n += 1;
+        }
     }
 }

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Runs every modex fuzz target for SECONDS seconds each (default 60), starting from the
-# checked-in seed corpus (fuzz/corpus/TARGET, read only: new inputs go to a scratch dir).
-# Exits non-zero if a target crashes; the crashing input is left in fuzz/artifacts/TARGET/
-# (turn it into a regression: copy it to fuzz/regressions/TARGET/ and run
-# `cargo test -p openib --test modex_corpus`).
+# Runs every fuzz target (modex node and proc blobs; transport, runtime and fence messages) for
+# SECONDS seconds each (default 60), starting from the checked-in seed corpus
+# (fuzz/corpus/TARGET, read only: new inputs go to a scratch dir). Exits non-zero if a target
+# crashes; the crashing input is left in fuzz/artifacts/TARGET/ (turn it into a regression:
+# copy it to fuzz/regressions/TARGET/ and run `cargo test -p openib --test modex_corpus
+# --test wire_corpus`).
 #
 #   fuzz/run.sh 120
 #
@@ -20,7 +21,7 @@ fi
 scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 status=0
-for target in node_blob proc_blob; do
+for target in node_blob proc_blob transport_msg runtime_msg fence_msg; do
   mkdir -p "$scratch/$target" "artifacts/$target"
   echo "fuzz/run.sh: $target for ${SECONDS_EACH}s" >&2
   if ! cargo fuzz run "$target" "$scratch/$target" "corpus/$target" "regressions/$target" -- \

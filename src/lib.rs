@@ -18,3 +18,4 @@ pub mod selftest;
 pub mod settings;
 pub mod sim;
 pub mod transport;
+pub mod wire_oracle;

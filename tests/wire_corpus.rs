@@ -1,0 +1,71 @@
+//! The protocol decoders' fuzz corpus as tests: every seed (fuzz/corpus/{transport_msg,
+//! runtime_msg,fence_msg}) and every input kept in fuzz/regressions/ goes through its decoder
+//! contract (`openib::wire_oracle`), which panics on a broken promise.
+//!
+//! Regenerate the seed corpus (small, checked in) with
+//!     cargo test -p openib --test wire_corpus -- --ignored write_seed_corpus
+
+use openib::wire_oracle::{
+    check_fence_msg, check_runtime_msg, check_transport_msg, fence_seeds, runtime_seeds,
+    transport_seeds,
+};
+use std::path::{Path, PathBuf};
+
+type Check = fn(&[u8]) -> bool;
+type Seeds = fn() -> Vec<Vec<u8>>;
+
+const TARGETS: [(&str, Check, Seeds); 3] = [
+    ("transport_msg", check_transport_msg, transport_seeds),
+    ("runtime_msg", check_runtime_msg, runtime_seeds),
+    ("fence_msg", check_fence_msg, fence_seeds),
+];
+
+fn files(rel: &str) -> Vec<Vec<u8>> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join(rel);
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return vec![];
+    };
+    let mut paths: Vec<PathBuf> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| e.path())
+        .filter(|p| p.is_file())
+        .collect();
+    paths.sort();
+    paths.iter().map(|p| std::fs::read(p).unwrap()).collect()
+}
+
+#[test]
+fn seed_corpus_and_regressions_keep_the_contract() {
+    for (target, check, seeds) in TARGETS {
+        let corpus = files(&format!("fuzz/corpus/{target}"));
+        assert_eq!(
+            corpus.len(),
+            seeds().len(),
+            "{target}: the checked-in corpus is not the seeds (regenerate it)"
+        );
+        for b in &corpus {
+            assert!(check(b), "{target}: a seed is rejected: {b:?}");
+        }
+        for b in files(&format!("fuzz/regressions/{target}")) {
+            check(&b);
+        }
+    }
+}
+
+#[test]
+#[ignore = "writes the seed corpus (fuzz/corpus, or $SEED_CORPUS_DIR)"]
+fn write_seed_corpus() {
+    let root = std::env::var("SEED_CORPUS_DIR").unwrap_or_else(|_| {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fuzz/corpus")
+            .display()
+            .to_string()
+    });
+    for (target, _, seeds) in TARGETS {
+        let d = Path::new(&root).join(target);
+        std::fs::create_dir_all(&d).unwrap();
+        for (i, b) in seeds().iter().enumerate() {
+            std::fs::write(d.join(format!("seed-{i:02}")), b).unwrap();
+        }
+    }
+}

@@ -29,10 +29,12 @@
  * tools, groups, I/O forwarding. Children inherit stdin/stdout/stderr.
  *
  * Report on stderr, one line per child: "pmix_test_server: rank R (pid P) exited with
- * status S" or "... killed by signal S". Exit status: 0 when every child exited 0 after
- * PMIx_Finalize; 3 when some were killed by a signal and all others exited 0 after finalizing;
- * 1 when a child exited non-zero (or without finalizing); 2 on a setup error; 4 when the
- * deadline passed.
+ * status S" (followed by " without PMIx_Finalize" when its PMIx_Finalize did not reach this
+ * server) or "... killed by signal S". Exit status: 0 when every child exited 0; 3 when some
+ * were killed by a signal and all others exited 0; 1 when a child exited non-zero; 2 on a
+ * set-up error; 4 when the deadline passed. Whether a child finalized does not change the
+ * status: with libpmix 4.2.2 a client's PMIx_Finalize sometimes never reaches the server (the
+ * client gives up after 2 s and exits 0), see docs/RUNTIME.md.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -386,7 +388,7 @@ int main(int argc, char **argv)
             say("pmix_test_server: rank %d (pid %d) killed by signal %d", r, (int)pid,
                 WTERMSIG(status));
         } else {
-            if (!clean) failed++;
+            if (WEXITSTATUS(status) != 0) failed++;
             say("pmix_test_server: rank %d (pid %d) exited with status %d%s", r, (int)pid,
                 WEXITSTATUS(status), atomic_load(&finalized[r]) ? "" : " without PMIx_Finalize");
         }

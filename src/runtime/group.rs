@@ -201,6 +201,62 @@ mod tests {
         );
     }
 
+    /// A runtime whose detector names rank 2 and whose fences agreed on rank 5.
+    struct Detector(super::super::JobInfo);
+    impl Runtime for Detector {
+        fn info(&self) -> &super::super::JobInfo {
+            &self.0
+        }
+        fn node_of(&self, _: u32) -> super::super::Result<String> {
+            Ok("n".into())
+        }
+        fn put(&self, _: super::super::Scope, _: &str, _: &[u8]) -> super::super::Result<()> {
+            Ok(())
+        }
+        fn commit(&self) -> super::super::Result<()> {
+            Ok(())
+        }
+        fn fence(&self, _: bool, _: std::time::Duration) -> super::super::Result<()> {
+            Ok(())
+        }
+        fn get(
+            &self,
+            rank: u32,
+            key: &str,
+            _: std::time::Duration,
+        ) -> super::super::Result<Vec<u8>> {
+            Err(super::super::RuntimeError::NotFound {
+                rank,
+                key: key.into(),
+            })
+        }
+        fn failed(&self) -> Vec<u32> {
+            vec![2]
+        }
+        fn agreed_failed(&self) -> Vec<u32> {
+            vec![5]
+        }
+    }
+
+    #[test]
+    fn of_runtime_takes_the_detector_and_the_agreed_set() {
+        let rt = Detector(super::super::JobInfo {
+            rank: 0,
+            size: 6,
+            node: "n".into(),
+            local_rank: 0,
+            local_peers: (0..6).collect(),
+            backend: "test".into(),
+        });
+        let g = Group::of_runtime(&rt, ProcSet::All);
+        assert_eq!(g.job_size(), 6);
+        assert_eq!(g.failed(), &[2, 5]);
+        assert_eq!(g.survivors(), vec![0, 1, 3, 4]);
+        let odd = Group::of_runtime(&rt, ProcSet::Ranks(&[1, 3, 5, 7]));
+        assert_eq!(odd.failed(), &[5]);
+        assert_eq!(odd.dropped(), &[7]);
+    }
+
     #[test]
     fn a_newer_snapshot_only_adds_failures() {
         let g = Group::new(6, ProcSet::Ranks(&[0, 1, 2, 7]), &[1]);

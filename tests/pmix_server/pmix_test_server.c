@@ -15,8 +15,10 @@
  *    `data`; the fence completes by handing that blob back. A fence whose process list (or
  *    wildcard) names a process that is dead or exiting completes with PMIX_ERR_PROC_ABORTED for
  *    every waiting participant instead, as a multi-node launcher would once it learnt of the
- *    death. Fence timeouts (PMIX_TIMEOUT) are left to the clients: the host is only called
- *    when the local phase is complete, so there is nothing left for a host timer to bound;
+ *    death. libpmix's shortcut that completes all-local fences without the host is turned
+ *    off (PMIX_MCA_pmix_server_fence_localonly_opt=0), so this decides every fence. Fence
+ *    timeouts (PMIX_TIMEOUT): libpmix times out a fence still waiting for local participants;
+ *    once the host is called it answers at once, so no host timer is needed;
  *  - process termination events: when a child dies by a signal, exits non-zero, or exits
  *    without PMIx_Finalize, every client of the namespace gets PMIx_Notify_event with
  *    PMIX_ERR_PROC_ABORTED_BY_SIG / PMIX_ERR_EXIT_NONZERO_TERM / PMIX_ERR_PROC_TERM_WO_SYNC,
@@ -294,6 +296,9 @@ int main(int argc, char **argv)
     verbose = getenv("PMIX_TEST_SERVER_VERBOSE") != NULL;
 
     PMIX_LOAD_NSPACE(NSPACE, "openib-test");
+    /* libpmix writes to clients' sockets without MSG_NOSIGNAL: a reply to a client that was
+     * just killed would end this server with SIGPIPE (seen). The children get it back. */
+    signal(SIGPIPE, SIG_IGN);
     char tmpdir[] = "/tmp/pmix_test_server.XXXXXX";
     if (!mkdtemp(tmpdir)) {
         perror("pmix_test_server: mkdtemp");
@@ -349,6 +354,7 @@ int main(int argc, char **argv)
         }
         pid_t pid = fork();
         if (pid == 0) {
+            signal(SIGPIPE, SIG_DFL); /* an ignored signal would stay ignored across exec */
             execvpe(cmd[0], cmd, env);
             perror("pmix_test_server: exec");
             _exit(127);

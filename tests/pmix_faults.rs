@@ -10,7 +10,8 @@
 //! rank exit 0 (whether its `PMIx_Finalize` reached the server is counted, not checked: see
 //! docs/RUNTIME.md); every survivor says the same failed set, the victims;
 //! the lowest survivor's JSON lists exactly the survivors under the "pmix" backend and
-//! `"failed"` = the victims; the run ends within [`HANG_BOUND`] (a run takes about 0.3 s here).
+//! `"failed"` = the victims; the run ends within [`HANG_BOUND`] (a run takes about 0.5 s
+//! here, debug build).
 
 #[path = "common/victims.rs"]
 mod victims;

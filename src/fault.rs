@@ -2,7 +2,8 @@
 //! bare `<rank>` repeats the previous point: `in-fence:3,5`) makes
 //! that rank kill itself with SIGKILL when it reaches the named point, so each failure case can
 //! be reproduced. Points: `before-put`, `after-put` (after the commit, before the fence),
-//! `in-fence` (inside an embedded-runtime fence, just after sending its first fence message),
+//! `in-fence` (inside an embedded-runtime fence, just after sending its first fence message;
+//! under PMIx, in its first fence, just after `PMIx_Fence_nb` took its contribution),
 //! `in-connect` (after starting its connections, before they finish), `in-transfer` (half
 //! way through the messages of `openib stress`).
 

@@ -7,6 +7,7 @@ use super::ports::PortSource;
 use crate::modex::build::{build_node, port_name, proc_ports};
 use crate::modex::exchange::{exchange, ExchangeMode, PeerTable};
 use crate::modex::procs::ProcBlob;
+use crate::runtime::{Group, ProcSet};
 use openib_ports::{derive, Filter};
 use serde_json::json;
 use std::time::{Duration, Instant};
@@ -64,7 +65,11 @@ pub fn run(a: &ExchangeArgs) -> i32 {
     };
     let info = rt.info().clone();
     let fail = |what: String| {
-        eprintln!("openib modex exchange: rank {}: {what}", info.rank);
+        // One write per line: several ranks share the launcher's stderr.
+        crate::fault::say(&format!(
+            "openib modex exchange: rank {}: {what}",
+            info.rank
+        ));
         exit::ERROR
     };
     let loaded = match a.source.load() {
@@ -113,9 +118,7 @@ pub fn run(a: &ExchangeArgs) -> i32 {
     let elapsed = t0.elapsed();
     // Every rank the fences did not agree is dead must be in the table, and no other.
     let listed: Vec<u32> = table.peers.iter().map(|p| p.rank).collect();
-    let live: Vec<u32> = (0..info.size)
-        .filter(|r| !table.failed.contains(r))
-        .collect();
+    let live = Group::new(info.size, ProcSet::All, &table.failed).survivors();
     if listed != live {
         return fail(format!(
             "rebuilt rank(s) {listed:?}, but the survivors are {live:?} (failed {:?})",

@@ -6,15 +6,25 @@
 //! - [`singleton`]: a process started with no launcher at all is a job of size 1.
 //!
 //! [`connect`] picks the backend from the environment (see its doc).
+//!
+//! Failures (issue 7): [`Runtime::failed`] reads this process's failure detector (a local call
+//! that never fails), and [`Group`] builds a group of processes from a process set and such a
+//! snapshot (never fails either: ranks outside the job are dropped and listed). A runtime whose
+//! fence agrees on failures ([`Runtime::fence_agrees_on_failures`]: the embedded one, and PMIx
+//! when its server delivers termination events) names the agreed dead in
+//! [`Runtime::agreed_failed`].
 
 use std::time::Duration;
 
 pub mod embedded;
 pub mod fence;
+pub mod group;
 pub mod pmix;
 pub mod resilient;
 pub mod singleton;
 pub mod wire;
+
+pub use group::{Group, ProcSet};
 
 /// Where a put value is visible.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -95,8 +105,9 @@ pub trait Runtime: Send + Sync {
     fn commit(&self) -> Result<()>;
     /// Collective barrier; with `collect`, every committed value of every process is delivered
     /// to every process during the fence, so later gets are local. A runtime with an agreeing
-    /// fence (the embedded one) completes it over the survivors when members die, and
-    /// [`Runtime::agreed_failed`] then names the dead; later fences and gets skip them.
+    /// fence (the embedded one; PMIx once its detector names the dead) completes it over the
+    /// survivors when members die, and [`Runtime::agreed_failed`] then names the dead; later
+    /// fences and gets skip them.
     fn fence(&self, collect: bool, timeout: Duration) -> Result<()>;
     /// The value `key` of `rank`; after a non-collecting fence it is fetched on demand.
     fn get(&self, rank: u32, key: &str, timeout: Duration) -> Result<Vec<u8>>;
@@ -106,7 +117,8 @@ pub trait Runtime: Send + Sync {
     }
     /// The failed ranks this process's fences agreed on, ascending: every survivor of the same
     /// fences reports the same set (a subset of `failed()`). Empty for a runtime whose fence
-    /// does not agree on failures (PMIx, a singleton).
+    /// does not agree on failures (a singleton), and on PMIx until a fence completed over the
+    /// survivors.
     fn agreed_failed(&self) -> Vec<u32> {
         Vec::new()
     }

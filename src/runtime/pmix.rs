@@ -19,19 +19,29 @@
 //!   A fence or get that fails while that set names one of its peers fails with
 //!   [`RuntimeError::PeerFailed`] naming them; a get of a known-dead rank only looks locally
 //!   (`PMIX_IMMEDIATE`: what it committed before a collecting fence is still there) instead of
-//!   waiting on it. Once the set names dead ranks, `fence` runs over the survivors only
-//!   ([`PmixRuntime::fence_ranks`]). Open MPI 4.1.4's mpirun never delivers those events
-//!   (docs/RUNTIME.md).
+//!   waiting on it. Open MPI 4.1.4's mpirun never delivers those events (docs/RUNTIME.md);
+//!   tests/pmix_faults.rs runs a small PMIx server that does (tests/pmix_server/).
+//! - After a failure the next fence runs over the survivors only, and the survivors agree on
+//!   the failed set ([`Runtime::fence_agrees_on_failures`]): see [`PmixRuntime`]'s `fence`.
 
+use super::group::{Group, ProcSet};
 use super::{JobInfo, Result, Runtime, RuntimeError, Scope};
 use openib_sys::pmix::{self, FenceOptions, GetMode, GetOptions, PmixClient, Procs};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How long, after a fence timed out, the arrival marks of the participants are waited for.
 pub const MARK_PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How long, after a fence attempt failed, `fence` waits for a termination event naming a
+/// participant it did not know dead (the server fails the fence and announces the death
+/// separately; the two may arrive in either order). Without such an event the error stands.
+pub const EVENT_WAIT: Duration = Duration::from_secs(2);
+
+/// The shortest PMIx timeout a retried fence attempt is given (PMIx counts whole seconds).
+const MIN_ATTEMPT: Duration = Duration::from_secs(1);
 
 const BACKEND: &str = "pmix";
 
@@ -74,6 +84,11 @@ pub struct PmixRuntime {
     collected: AtomicBool,
     /// Fences entered so far, per participant set (for the arrival marks).
     epochs: Mutex<HashMap<String, u32>>,
+    /// The ranks left out of the last fence that completed: every participant of that fence
+    /// fenced over the same list, so every survivor holds the same set.
+    agreed: Mutex<Vec<u32>>,
+    /// Fences entered so far (the `in-fence` fault point fires in the first).
+    fences: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for PmixRuntime {
@@ -145,6 +160,8 @@ impl PmixRuntime {
             options,
             collected: AtomicBool::new(false),
             epochs: Mutex::new(HashMap::new()),
+            agreed: Mutex::new(Vec::new()),
+            fences: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -207,12 +224,20 @@ impl PmixRuntime {
         let opts = FenceOptions {
             collect,
             timeout: Some(timeout),
+            leave_if_participant_dies: true,
         };
         let participants: Vec<u32> = match ranks {
             None => (0..self.info.size).collect(),
             Some(r) => r.to_vec(),
         };
-        match self.client.fence(procs, opts) {
+        let rank = self.info.rank;
+        let first = self.fences.fetch_add(1, Ordering::SeqCst) == 0;
+        let issued = || {
+            if first {
+                crate::fault::point("in-fence", rank);
+            }
+        };
+        match self.client.fence_notify(procs, opts, issued) {
             Ok(()) => {
                 self.collected.store(collect, Ordering::SeqCst);
                 Ok(())
@@ -245,7 +270,10 @@ impl PmixRuntime {
     fn next_mark_key(&self, ranks: Option<&[u32]>) -> String {
         let set = match ranks {
             None => "all".to_string(),
-            Some(r) => format!("{:016x}", fnv1a(r)),
+            Some(r) => format!(
+                "{:016x}",
+                Group::new(self.info.size, ProcSet::Ranks(r), &[]).hash()
+            ),
         };
         let mut epochs = self.epochs.lock().unwrap_or_else(|e| e.into_inner());
         let n = epochs.entry(set.clone()).or_insert(0);
@@ -299,15 +327,33 @@ impl PmixRuntime {
     }
 }
 
-fn fnv1a(ranks: &[u32]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for r in ranks {
-        for b in r.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
+impl PmixRuntime {
+    /// The ranks this process knows dead: its detector and what earlier fences agreed.
+    fn known_dead(&self) -> Vec<u32> {
+        let mut dead = self.client.failed_ranks();
+        dead.extend(self.agreed.lock().unwrap_or_else(|e| e.into_inner()).iter());
+        dead
+    }
+
+    /// Waits until the detector names a rank outside `known`, up to `until`; returns whether
+    /// it did.
+    fn wait_for_news(&self, known: &[u32], until: Instant) -> bool {
+        loop {
+            if self
+                .client
+                .failed_ranks()
+                .iter()
+                .any(|r| !known.contains(r))
+            {
+                return true;
+            }
+            let now = Instant::now();
+            if now >= until {
+                return false;
+            }
+            std::thread::sleep((until - now).min(Duration::from_millis(5)));
         }
     }
-    h
 }
 
 impl Runtime for PmixRuntime {
@@ -336,18 +382,54 @@ impl Runtime for PmixRuntime {
         self.client.commit().map_err(backend_err)
     }
 
-    /// Over every process; once termination events named dead ranks, over the survivors only
-    /// (an explicit process list), so the job can go on without them. Survivors agree on the
-    /// list only when each saw the same events before calling: one that has not seen an event
-    /// yet fences over a larger list and times out naming the dead rank.
+    /// Over every process while none is known dead; then over the survivors only (an explicit
+    /// process list, [`Group::survivors`] of the detector snapshot), so the job goes on without
+    /// the dead.
+    ///
+    /// Agreement: a PMIx fence over an explicit list completes only when every listed process
+    /// called it with that same list (the server matches fences by their process list), so
+    /// when it completes every participant left out the same ranks: that set is
+    /// [`Runtime::agreed_failed`], the same on every survivor. A survivor that has not seen a
+    /// death yet fences over a larger list, which includes the dead rank and so fails at the
+    /// server (a server that knows the rank is dead fails it; otherwise at the timeout); it
+    /// then waits up to [`EVENT_WAIT`] for the termination event and tries again over the
+    /// survivors it now knows, until an attempt completes or `timeout` (for the whole call)
+    /// has passed. A participant that learns of a death while waiting leaves the fence at once
+    /// ([`FenceOptions::leave_if_participant_dies`]). Each attempt gets the time left (at
+    /// least 1 s), so the call returns within about `timeout` + 1 s +
+    /// [`pmix::BACKSTOP_GRACE`] + [`MARK_PROBE_TIMEOUT`]. Without termination events (mpirun
+    /// 4.1.4) this is one attempt, as before.
     fn fence(&self, collect: bool, timeout: Duration) -> Result<()> {
-        let dead = self.failed();
-        if dead.is_empty() {
-            return self.fence_over(None, collect, timeout);
+        let deadline = Instant::now() + timeout;
+        loop {
+            let group = Group::new(self.info.size, ProcSet::All, &self.known_dead());
+            let survivors = group.survivors();
+            let attempt = deadline
+                .saturating_duration_since(Instant::now())
+                .max(MIN_ATTEMPT);
+            let result = if group.failed().is_empty() {
+                self.fence_over(None, collect, attempt)
+            } else {
+                tracing::debug!(dead = ?group.failed(), "PMIx fence over the survivors");
+                self.fence_over(Some(&survivors), collect, attempt)
+            };
+            let e = match result {
+                Ok(()) => {
+                    *self.agreed.lock().unwrap_or_else(|e| e.into_inner()) =
+                        group.failed().to_vec();
+                    return Ok(());
+                }
+                Err(e) => e,
+            };
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(e);
+            }
+            if !self.wait_for_news(group.failed(), (now + EVENT_WAIT).min(deadline)) {
+                return Err(e);
+            }
+            tracing::debug!(error = %e, "PMIx fence failed; a participant died: again over the survivors");
         }
-        let survivors: Vec<u32> = (0..self.info.size).filter(|r| !dead.contains(r)).collect();
-        tracing::debug!(?dead, "PMIx fence over the survivors");
-        self.fence_over(Some(&survivors), collect, timeout)
     }
 
     fn get(&self, rank: u32, key: &str, timeout: Duration) -> Result<Vec<u8>> {
@@ -389,5 +471,17 @@ impl Runtime for PmixRuntime {
 
     fn failed(&self) -> Vec<u32> {
         self.client.failed_ranks()
+    }
+
+    fn agreed_failed(&self) -> Vec<u32> {
+        self.agreed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// A completed fence is an agreement on who is left out of it (see `fence`).
+    fn fence_agrees_on_failures(&self) -> bool {
+        true
     }
 }

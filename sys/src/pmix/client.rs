@@ -60,7 +60,14 @@ pub struct FenceOptions {
     pub collect: bool,
     /// `PMIX_TIMEOUT` (rounded up to whole seconds); `None` waits as long as the server does.
     pub timeout: Option<Duration>,
+    /// Stop waiting, with [`Error::ParticipantDied`], as soon as a termination event names a
+    /// participant and the fence has not completed (see [`PmixClient::fence_notify`]).
+    pub leave_if_participant_dies: bool,
 }
+
+/// How often a fence waiting with [`FenceOptions::leave_if_participant_dies`] looks at the
+/// failed set (the event handler does not wake it).
+const DEATH_POLL: Duration = Duration::from_millis(5);
 
 /// Where [`PmixClient::get`] may look for a value.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -307,6 +314,32 @@ impl PmixClient {
     /// Every participant must call it. A timeout is an error with [`Error::is_timeout`]; PMIx
     /// does not say who was missing.
     pub fn fence(&self, procs: Procs<'_>, opts: FenceOptions) -> Result<()> {
+        self.fence_notify(procs, opts, || {})
+    }
+
+    /// [`Self::fence`], calling `issued` once this process's contribution is handed to PMIx
+    /// (`PMIx_Fence_nb` accepted it) and before waiting for the others: the point "inside the
+    /// fence" of the fault injection (issue 7). Not called when PMIx refused or completed the
+    /// fence at once.
+    ///
+    /// With [`FenceOptions::leave_if_participant_dies`], the wait ends with
+    /// [`Error::ParticipantDied`] once the failed set ([`Self::failed_ranks`]) names a
+    /// participant while the fence is still pending. Why leaving is safe, i.e. why that fence
+    /// can no longer complete successfully for anybody: it could only if the server had
+    /// decided its success before the participant died, and then the server sent the fence's
+    /// reply before the termination event, on the same connection; this client's progress
+    /// thread runs the reply's callback before the event handler, and the wait reads the
+    /// failed set before it looks at the result one last time. This holds for a server that
+    /// fails every fence whose participant is dead when the last contribution arrives
+    /// (libpmix's own handling of a lost client, tests/pmix_server/) and that raises the event
+    /// only after the death; it is an assumption about the launcher, not a PMIx guarantee.
+    /// The pending fence stays allocated until PMIx calls back (its failure or timeout).
+    pub fn fence_notify(
+        &self,
+        procs: Procs<'_>,
+        opts: FenceOptions,
+        issued: impl FnOnce(),
+    ) -> Result<()> {
         let (list, what) = match procs {
             Procs::All => (
                 vec![proc_of(&self.me.nspace, RANK_WILDCARD)],
@@ -372,14 +405,46 @@ impl PmixClient {
             }
             return Err(Error::status_of(self.lib, "PMIx_Fence_nb", rc, context()));
         }
+        issued();
         let (deadline, waited) = backstop(opts.timeout);
-        match op.done.wait(deadline) {
-            Some(status) => self.check("PMIx_Fence", status, context),
-            None => Err(Error::Backstop {
+        let participants: Option<&[u32]> = match procs {
+            Procs::All => None,
+            Procs::Ranks(r) => Some(r),
+        };
+        loop {
+            let slice = if opts.leave_if_participant_dies {
+                let next = Instant::now() + DEATH_POLL;
+                Some(deadline.map_or(next, |d| d.min(next)))
+            } else {
+                deadline
+            };
+            if let Some(status) = op.done.wait(slice) {
+                return self.check("PMIx_Fence", status, context);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(Error::Backstop {
+                    call: "PMIx_Fence",
+                    context: context(),
+                    waited,
+                });
+            }
+            // Read the failed set first, then the result once more (see above).
+            let dead: Vec<u32> = self
+                .failed_ranks()
+                .into_iter()
+                .filter(|r| participants.is_none_or(|p| p.contains(r)))
+                .collect();
+            if dead.is_empty() {
+                continue;
+            }
+            if let Some(status) = op.done.wait(Some(Instant::now())) {
+                return self.check("PMIx_Fence", status, context);
+            }
+            return Err(Error::ParticipantDied {
                 call: "PMIx_Fence",
                 context: context(),
-                waited,
-            }),
+                ranks: dead,
+            });
         }
     }
 

@@ -31,6 +31,14 @@ pub enum Error {
         context: String,
         waited: std::time::Duration,
     },
+    /// A collective was left before it completed because termination events named some of its
+    /// participants ([`FenceOptions::leave_if_participant_dies`](super::FenceOptions)).
+    #[error("{call}{}: left before completion: participant rank(s) {ranks:?} died", context_suffix(.context))]
+    ParticipantDied {
+        call: &'static str,
+        context: String,
+        ranks: Vec<u32>,
+    },
     /// An argument cannot be passed to PMIx (a key with NUL or too long, an empty process set).
     #[error("{call}: {what}")]
     InvalidArgument { call: &'static str, what: String },

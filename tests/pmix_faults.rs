@@ -1,0 +1,366 @@
+//! Fail-stop ranks during the modex exchange under a PMIx server that delivers process
+//! termination events (issue 7). Debian's mpirun 4.1.4 delivers none and there is no PRRTE, so
+//! the server is tests/pmix_server/pmix_test_server.c (libpmix's server API), compiled here
+//! with `cc` into the target directory; without cc or libpmix-dev the tests are skipped with a
+//! note.
+//!
+//! Each case: `pmix_test_server -n 8 -- openib modex exchange --json` with
+//! `OPENIB_FAULT=<point>:<victims>`, one or two victims, 20 runs (the victims rotate, rank 0
+//! among them). Checks: the server saw exactly the victims killed by SIGKILL and every other
+//! rank exit 0 (whether its `PMIx_Finalize` reached the server is counted, not checked: see
+//! docs/RUNTIME.md); every survivor says the same failed set, the victims;
+//! the lowest survivor's JSON lists exactly the survivors under the "pmix" backend and
+//! `"failed"` = the victims; the run ends within [`HANG_BOUND`] (a run takes about 0.5 s
+//! here, debug build).
+
+#[path = "common/victims.rs"]
+mod victims;
+
+use serde_json::Value;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+const RUNS: usize = 20;
+const NP: u32 = 8;
+/// A run that takes longer than this hangs; it is killed at [`KILL_AFTER`].
+const HANG_BOUND: Duration = Duration::from_secs(30);
+const KILL_AFTER: Duration = Duration::from_secs(90);
+
+/// Survivors that exited 0 but whose `PMIx_Finalize` never reached the server (counted and
+/// printed, not a failure: see [`one_run`]).
+static UNFINALIZED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_openib")
+}
+
+fn fixture() -> String {
+    format!(
+        "{}/tests/fixtures/ib-dual-port.json",
+        env!("CARGO_MANIFEST_DIR")
+    )
+}
+
+/// Compiles the test server once into `<target>/pmix_test_server`; `None` (with the reason
+/// printed) when cc or libpmix-dev is missing.
+fn server() -> Option<&'static Path> {
+    static SERVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let built = SERVER.get_or_init(|| {
+        let flags = Command::new("pkg-config")
+            .args(["--cflags", "--libs", "pmix"])
+            .output()
+            .map_err(|e| format!("pkg-config: {e}"))?;
+        if !flags.status.success() {
+            return Err("pkg-config finds no pmix (libpmix-dev missing)".into());
+        }
+        let flags = String::from_utf8_lossy(&flags.stdout).to_string();
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        // <target>/<profile>/deps/pmix_faults-<hash>
+        let target = exe
+            .ancestors()
+            .nth(3)
+            .ok_or("no target directory")?
+            .to_path_buf();
+        let out = target.join("pmix_test_server");
+        let src =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pmix_server/pmix_test_server.c");
+        let status = Command::new("cc")
+            .args(["-O1", "-Wall", "-o"])
+            .arg(&out)
+            .arg(&src)
+            .args(flags.split_whitespace())
+            .status()
+            .map_err(|e| format!("cc: {e}"))?;
+        if !status.success() {
+            return Err(format!("cc {} failed: {status}", src.display()));
+        }
+        Ok(out)
+    });
+    match built {
+        Ok(p) => Some(p.as_path()),
+        Err(why) => {
+            eprintln!("skipped: cannot build the PMIx test server: {why}");
+            None
+        }
+    }
+}
+
+/// Builds `examples/pmix_probe` into the target dir and profile of this test binary.
+fn probe() -> PathBuf {
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe.ancestors().nth(2).expect("target/<profile>");
+    let target_dir = profile_dir.parent().expect("target dir");
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.args(["build", "--quiet", "--example", "pmix_probe"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("CARGO_TARGET_DIR", target_dir);
+    if profile_dir.file_name().is_some_and(|n| n == "release") {
+        cmd.arg("--release");
+    }
+    assert!(
+        cmd.status().expect("cargo build").success(),
+        "cargo build --example pmix_probe failed"
+    );
+    profile_dir.join("examples").join("pmix_probe")
+}
+
+struct Outcome {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+    took: Duration,
+}
+
+/// Runs the server (8 ranks of `openib modex exchange`) with `fault`, killed after
+/// [`KILL_AFTER`].
+fn launch(server: &Path, fault: Option<&str>, mode: Option<&str>) -> Outcome {
+    let mut c = Command::new(server);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {
+            c.env_remove(k);
+        }
+    }
+    if let Some(f) = fault {
+        c.env("OPENIB_FAULT", f);
+    }
+    c.args(["-n", &NP.to_string(), "-t", "60", "--"])
+        .arg(bin())
+        .args(["modex", "exchange", "--json", "--fixture", &fixture()])
+        .args(["--timeout", "20"]);
+    if let Some(m) = mode {
+        c.args(["--mode", m]);
+    }
+    let t0 = Instant::now();
+    let mut child = c
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start pmix_test_server");
+    let out = child.stdout.take().expect("stdout");
+    let err = child.stderr.take().expect("stderr");
+    let out_t = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
+    let err_t = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+    let code = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s.code();
+        }
+        if t0.elapsed() > KILL_AFTER {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!(
+                "OPENIB_FAULT={fault:?}: hung, killed after {KILL_AFTER:?}; stderr:\n{}",
+                err_t.join().unwrap_or_default()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Outcome {
+        code,
+        took: t0.elapsed(),
+        stdout: out_t.join().unwrap_or_default(),
+        stderr: err_t.join().unwrap_or_default(),
+    }
+}
+
+/// What the server said of each rank: `(rank, "killed by signal 9")` or `(rank, "exited with
+/// status 0")`.
+fn endings(stderr: &str, ctx: &str) -> Vec<(u32, String)> {
+    stderr
+        .lines()
+        .filter_map(|l| l.strip_prefix("pmix_test_server: rank "))
+        .filter(|l| l.contains("(pid "))
+        .map(|l| {
+            let rank = l
+                .split_whitespace()
+                .next()
+                .and_then(|r| r.parse().ok())
+                .unwrap_or_else(|| panic!("garbled line {l:?}: {ctx}"));
+            let how = l
+                .split_once(") ")
+                .map(|(_, h)| h.to_string())
+                .unwrap_or_default();
+            (rank, how)
+        })
+        .collect()
+}
+
+/// One run with `point` at `dead` (empty: no fault); checks everything, returns its duration.
+fn one_run(server: &Path, point: &str, dead: &[u32], mode: Option<&str>) -> Duration {
+    let ranks: Vec<String> = dead.iter().map(u32::to_string).collect();
+    let fault = format!("{point}:{}", ranks.join(","));
+    let o = launch(server, (!dead.is_empty()).then_some(fault.as_str()), mode);
+    let ctx = format!(
+        "OPENIB_FAULT={fault} mode {mode:?}: status {:?}, {:?}\nstdout: {}\nstderr: {}",
+        o.code, o.took, o.stdout, o.stderr
+    );
+    assert!(o.took < HANG_BOUND, "took {:?}: {ctx}", o.took);
+    // 3: some ranks were killed, every other one exited 0; 0: every rank exited 0.
+    assert_eq!(o.code, Some(if dead.is_empty() { 0 } else { 3 }), "{ctx}");
+    let ends = endings(&o.stderr, &ctx);
+    assert_eq!(ends.len(), NP as usize, "one ending per rank: {ctx}");
+    for (rank, how) in &ends {
+        if dead.contains(rank) {
+            assert_eq!(how, "killed by signal 9", "rank {rank}: {ctx}");
+        } else if how == "exited with status 0 without PMIx_Finalize" {
+            // libpmix 4.2.2: the client's finalize did not reach the server within its 2 s
+            // (docs/RUNTIME.md); the rank still exited 0.
+            UNFINALIZED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            assert_eq!(how, "exited with status 0", "rank {rank}: {ctx}");
+        }
+    }
+    let survivors: Vec<u32> = (0..NP).filter(|r| !dead.contains(r)).collect();
+    // Every survivor names the same failed set: the victims.
+    if !dead.is_empty() {
+        for &r in &survivors {
+            let line = format!(
+                "openib modex exchange: rank {r}: survivors agree; failed rank(s) {dead:?}"
+            );
+            assert!(o.stderr.lines().any(|l| l == line), "rank {r}: {ctx}");
+        }
+    }
+    assert_eq!(
+        o.stderr.matches("survivors agree").count(),
+        if dead.is_empty() { 0 } else { survivors.len() },
+        "{ctx}"
+    );
+    // The lowest survivor's table: exactly the survivors.
+    let v: Value =
+        serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("not one JSON ({e}): {ctx}"));
+    assert_eq!(v["backend"], "pmix", "{ctx}");
+    assert_eq!(v["size"], NP as u64, "{ctx}");
+    assert_eq!(v["reporter"], survivors[0] as u64, "{ctx}");
+    let failed: Vec<u32> = v["failed"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no \"failed\": {ctx}"))
+        .iter()
+        .map(|x| x.as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(failed, dead, "{ctx}");
+    let listed: Vec<u32> = v["peers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no \"peers\": {ctx}"))
+        .iter()
+        .map(|p| p["rank"].as_u64().unwrap() as u32)
+        .collect();
+    assert_eq!(listed, survivors, "{ctx}");
+    o.took
+}
+
+fn report(what: &str, mut times: Vec<Duration>) {
+    times.sort();
+    eprintln!(
+        "{what}: {} runs, median {:?}, max {:?} ({} survivor(s) so far in this binary exited 0 \
+         without their PMIx_Finalize reaching the server)",
+        times.len(),
+        times[times.len() / 2],
+        times[times.len() - 1],
+        UNFINALIZED.load(std::sync::atomic::Ordering::Relaxed)
+    );
+}
+
+/// One case `RUNS` times; prints the times (shown with --nocapture).
+fn case(point: &str, two: bool) {
+    let Some(server) = server() else { return };
+    let times = (0..RUNS)
+        .map(|run| one_run(server, point, &victims::victims(NP, two, run), None))
+        .collect();
+    report(
+        &format!("{point}, {} victim(s)", if two { 2 } else { 1 }),
+        times,
+    );
+}
+
+#[test]
+fn no_failure_exchanges_every_rank() {
+    let Some(server) = server() else { return };
+    one_run(server, "before-put", &[], None);
+}
+
+#[test]
+fn one_rank_dies_before_its_put() {
+    case("before-put", false);
+}
+
+#[test]
+fn two_ranks_die_before_their_put() {
+    case("before-put", true);
+}
+
+#[test]
+fn one_rank_dies_after_its_put() {
+    case("after-put", false);
+}
+
+#[test]
+fn two_ranks_die_after_their_put() {
+    case("after-put", true);
+}
+
+#[test]
+fn one_rank_dies_inside_the_fence() {
+    case("in-fence", false);
+}
+
+#[test]
+fn two_ranks_die_inside_the_fence() {
+    case("in-fence", true);
+}
+
+/// The per-process and on-demand modes (one fence, then a second, non-collecting one): every
+/// point in each run, modes and victim counts rotating.
+#[test]
+fn other_modes() {
+    let Some(server) = server() else { return };
+    let mut times = Vec::new();
+    for run in 0..RUNS {
+        let mode = ["per-process", "on-demand"][run % 2];
+        for point in ["before-put", "after-put", "in-fence"] {
+            let dead = victims::victims(NP, run % 4 >= 2, run);
+            times.push(one_run(server, point, &dead, Some(mode)));
+        }
+    }
+    report("other modes", times);
+}
+
+/// The server's own behaviour the cases rely on: a rank killed after a first fence is
+/// announced to the others, and a fence naming it fails at once instead of hanging.
+#[test]
+fn server_announces_a_death_and_fails_fences_naming_it() {
+    let Some(server) = server() else { return };
+    let probe = probe();
+    let t0 = Instant::now();
+    let o = Command::new(server)
+        .args(["-n", "4", "-t", "60", "--"])
+        .arg(&probe)
+        .args(["--kill", "2", "--kill-wait", "10"])
+        .output()
+        .expect("run the probe");
+    let took = t0.elapsed();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let ctx = format!(
+        "{:?} in {took:?}\nstdout: {stdout}\nstderr: {}",
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(o.status.code(), Some(3), "{ctx}");
+    let lines: Vec<Value> = stdout
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("bad JSON {l:?}: {e}")))
+        .collect();
+    let ranks: BTreeSet<u64> = lines.iter().map(|l| l["rank"].as_u64().unwrap()).collect();
+    assert_eq!(ranks, BTreeSet::from([0, 1, 3]), "{ctx}");
+    for l in &lines {
+        assert_eq!(l["events_registered"], true, "{ctx}");
+        assert_eq!(l["failed_after"], serde_json::json!([2]), "{ctx}");
+        // The event arrives well within the 10 s the probe waits for it.
+        assert!(l["failed_seen_ms"].as_f64().unwrap() < 5000.0, "{ctx}");
+        // Knowing rank 2 dead, the next fence runs over the survivors and completes.
+        assert_eq!(l["after_kill_fence"], "Ok", "{ctx}");
+    }
+    assert!(took < HANG_BOUND, "{ctx}");
+}

@@ -130,18 +130,20 @@ int openib_set_handler(openib_t *t, uint8_t tag, openib_recv_cb cb, void *ctx);
 /* Sends `len` bytes from `buf` (NULL allowed when len is 0) with `tag` to rank `peer`,
  * connecting on first use. Any size: up to openib_eager_limit() the message goes eagerly (one
  * send through a bounce buffer); above it by rendezvous (the data is copied into a registered
- * buffer of the transport's registration cache, the peer reads it with RDMA and acknowledges).
+ * buffer of the transport's registration cache; the peer takes it with RDMA: by default it names
+ * a landing buffer and this process writes into it, with OPENIB_RNDV_PROTOCOL=read on the peer
+ * the peer reads it and acknowledges).
  * The data is copied before the call returns either way: `buf` may be reused at once. The send
  * completes later, as a completion with the token written to *token_out (optional): eager when
- * the data left this process, rendezvous when the peer has read it. Messages to one peer, of
+ * the data left this process, rendezvous when the data is in the peer's memory. Messages to one peer, of
  * any mix of sizes and of openib_send, openib_send_mem and openib_sendi, reach its callbacks
  * in the order they were sent. */
 int openib_send(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len,
                 uint64_t *token_out);
 
 /* Sends mem[offset, offset+len) (a registered region of `t`) with `tag` to rank `peer`, as
- * openib_send does, but above openib_eager_limit() without a copy: the peer reads the bytes
- * straight from the region. Those bytes must not change, and the region should not be freed,
+ * openib_send does, but above openib_eager_limit() without a copy: the bytes go straight from
+ * the region (RDMA-written into the peer's landing buffer, or read by the peer). Those bytes must not change, and the region should not be freed,
  * until the completion with *token_out (optional); freeing it earlier is memory-safe (the send
  * keeps the registration) but the peer then receives unspecified data. Up to the eager limit
  * the bytes are copied before the call returns. OPENIB_ERR_RANGE if the range is not inside

@@ -366,7 +366,7 @@ impl RemoteRegion {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Completion {
     /// A send, put, get or atomic (by its token) completed. For a send: the data left this
-    /// process (rendezvous: the peer has read it). For an atomic: the old value is in the local
+    /// process (rendezvous: the data is in the peer's memory). For an atomic: the old value is in the local
     /// region.
     Done { peer: u32, token: u64 },
     /// It failed, with the endpoint's error (`error` is `cause` as text).
@@ -1142,7 +1142,8 @@ impl Transport {
     }
 
     /// Sends `len` bytes of registered `region` from `offset`, without copying above the eager
-    /// limit: the region is read by the peer and must not change until the completion.
+    /// limit: the peer takes the bytes from the region by RDMA, so they must not change until the
+    /// completion.
     pub fn send_region(
         &mut self,
         peer: u32,

@@ -668,7 +668,7 @@ pub unsafe extern "C" fn openib_send(
 }
 
 /// Sends `mem[offset..offset+len]` with `tag` to `peer`; above the eager limit without a copy
-/// (the peer reads the region), so the bytes must not change until the completion.
+/// (the bytes go from the region by RDMA), so they must not change until the completion.
 ///
 /// # Safety
 /// `t` is NULL or a live handle, `mem` NULL or a live region of it, `token_out` NULL or

@@ -7,6 +7,7 @@ use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
 use crate::transport::{IdleBackoff, RemoteRegion, Transport, TransportConfig};
+use openib_sys::clock::{self, TickRate};
 use serde_json::json;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -212,19 +213,18 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
-        let mut start = Instant::now();
-        // Each round trip's half, for the median (perftest's t_typical).
-        let mut halves = Vec::with_capacity(iters as usize);
-        let mut lap = Instant::now();
+        let mut start = (Instant::now(), clock::ticks());
+        // Each round trip in ticks (the time-stamp counter: a clock read per iteration would
+        // be a system call in TCG guests), for the median (perftest's t_typical).
+        let mut laps: Vec<u64> = Vec::with_capacity(iters as usize);
+        let mut lap = clock::ticks();
         for i in 0..=iters {
             if i == 1 {
-                start = Instant::now(); // the first round trip warms up
-            }
-            if i >= 1 {
-                let now = Instant::now();
-                if i >= 2 {
-                    halves.push(now.duration_since(lap).as_secs_f64() * 1e6 / 2.0);
-                }
+                start = (Instant::now(), clock::ticks()); // the first round trip warms up
+                lap = start.1;
+            } else if i >= 2 {
+                let now = clock::ticks();
+                laps.push(now.saturating_sub(lap));
                 lap = now;
             }
             // Count what we expect rather than sampling the inbox: a message may already be
@@ -247,10 +247,13 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 }
             }
         }
-        let latency_us = start.elapsed().as_secs_f64() * 1e6 / iters as f64 / 2.0;
-        halves.push(lap.elapsed().as_secs_f64() * 1e6 / 2.0);
-        halves.sort_by(f64::total_cmp);
-        let latency_median_us = halves[halves.len() / 2];
+        let end = (Instant::now(), clock::ticks());
+        laps.push(end.1.saturating_sub(lap));
+        let latency_us = end.0.duration_since(start.0).as_secs_f64() * 1e6 / iters as f64 / 2.0;
+        let rate = TickRate::between(start, end)
+            .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
+        laps.sort_unstable();
+        let latency_median_us = rate.micros(laps[laps.len() / 2]) / 2.0;
         // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
         let t0 = Instant::now();
         if me == 0 {

@@ -45,6 +45,7 @@ use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
 use flow::{fragments, Credits, Reorder};
 use openib_cpc::Connection;
+use openib_sys::clock::{self, TickRate};
 use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, WorkCompletion};
 use regcache::{CacheStats, RegCache};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -811,7 +812,10 @@ pub struct Transport {
     done: Vec<Completion>,
     next_token: u64,
     wcs: Vec<WorkCompletion>,
-    last_service_poll: Instant,
+    /// Tick count (see [`openib_sys::clock`]) of the last service poll, and the ticks between
+    /// two: the hot loop reads the time-stamp counter, not the clock.
+    last_service_tick: u64,
+    service_ticks: u64,
     progress_calls: u32,
     /// Peers whose rendezvous reads wait (for the cache's bound or the send queue), kept by
     /// `drain` and `fail`; they are retried on every progress call.
@@ -835,6 +839,8 @@ pub struct Transport {
 impl Transport {
     /// Wires up through `rt` (discovery, CPC services, modex exchange); connections stay lazy.
     pub fn open(rt: Box<dyn Runtime>, cfg: TransportConfig) -> Result<Transport, TransportError> {
+        // The tick rate is measured across the wire-up (which takes long enough), or apart.
+        let calibration = (Instant::now(), clock::ticks());
         let size = rt.info().size;
         let want_srq = cfg.srq_for(size);
         let w = Wireup::open_with(
@@ -918,7 +924,10 @@ impl Transport {
             done: Vec::new(),
             next_token: 1,
             wcs: Vec::with_capacity(64),
-            last_service_poll: Instant::now(),
+            last_service_tick: clock::ticks(),
+            service_ticks: TickRate::between(calibration, (Instant::now(), clock::ticks()))
+                .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)))
+                .ticks_in(SERVICE_POLL),
             progress_calls: 0,
             reading_peers: Default::default(),
             touched: Vec::new(),
@@ -1355,19 +1364,23 @@ impl Transport {
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
         let mut backoff = IdleBackoff::default();
+        let mut rounds = 0u32;
         loop {
             self.progress_idle(&mut backoff)?;
+            rounds = rounds.wrapping_add(1);
             out.append(&mut self.done);
-            let busy: Vec<u32> = self
-                .eps
-                .iter()
-                .filter(|(_, e)| !matches!(e.state, EndpointState::Failed(_)) && e.busy())
-                .map(|(p, _)| *p)
-                .collect();
-            if busy.is_empty() {
+            let live_busy = |e: &Endpoint| !matches!(e.state, EndpointState::Failed(_)) && e.busy();
+            if !self.eps.values().any(live_busy) {
                 return Ok(out);
             }
-            if Instant::now() > deadline {
+            // The clock only now and then (a system call in TCG guests).
+            if rounds % 64 == 0 && Instant::now() > deadline {
+                let busy: Vec<u32> = self
+                    .eps
+                    .iter()
+                    .filter(|(_, e)| live_busy(e))
+                    .map(|(p, _)| *p)
+                    .collect();
                 return Err(TransportError::Timeout {
                     what: format!("flush (busy endpoints: {busy:?})"),
                     timeout,
@@ -1416,15 +1429,14 @@ impl Transport {
     /// Makes progress: connections, completions, receive callbacks, queued operations and
     /// credit returns. Returns how many work completions it handled.
     pub fn progress(&mut self) -> Result<usize, TransportError> {
-        // The clock is read only every 32nd call while nothing connects: where the clock
-        // source has no vDSO path (TCG guests) reading it is a system call.
+        // Services every SERVICE_POLL by the tick counter: where the clock source has no vDSO
+        // path (TCG guests) every clock read is a system call.
         self.progress_calls = self.progress_calls.wrapping_add(1);
-        if self.connecting > 0 || self.progress_calls % 32 == 0 {
-            let now = Instant::now();
-            if self.connecting > 0 || now.duration_since(self.last_service_poll) >= SERVICE_POLL {
-                self.last_service_poll = now;
-                self.poll_services(now)?;
-            }
+        let tick = clock::ticks();
+        if self.connecting > 0 || tick.saturating_sub(self.last_service_tick) >= self.service_ticks
+        {
+            self.last_service_tick = tick;
+            self.poll_services(Instant::now())?;
         }
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();

@@ -18,6 +18,7 @@ pub mod ffi;
 mod ah;
 mod async_event;
 mod channel;
+pub mod clock;
 pub mod cm;
 mod context;
 mod cq;

@@ -110,12 +110,22 @@ pub fn run(a: &BenchArgs) -> i32 {
     }
 }
 
+thread_local! {
+    /// The longest time, in ticks, between two progress calls of one wait (a process that
+    /// was not running, or a call that stalled): diagnoses latency outliers.
+    static MAX_POLL_GAP: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
 fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Result<(), String> {
     let deadline = Instant::now() + timeout;
     let mut spins = 0u32;
     let mut backoff = IdleBackoff::default();
+    let mut last = clock::ticks();
     while inbox.count.load(Ordering::Acquire) < n {
         t.progress_idle(&mut backoff).map_err(|e| e.to_string())?;
+        let now = clock::ticks();
+        MAX_POLL_GAP.with(|g| g.set(g.get().max(now.saturating_sub(last))));
+        last = now;
         // The clock only now and then: reading it may be a system call (TCG guests).
         spins = spins.wrapping_add(1);
         if spins % 4096 == 0 && Instant::now() > deadline {
@@ -213,6 +223,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
+        MAX_POLL_GAP.with(|g| g.set(0));
         let mut start = (Instant::now(), clock::ticks());
         // Each round trip in ticks (the time-stamp counter: a clock read per iteration would
         // be a system call in TCG guests), for the median (perftest's t_typical).
@@ -253,7 +264,13 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         let rate = TickRate::between(start, end)
             .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
         laps.sort_unstable();
-        let latency_median_us = rate.micros(laps[laps.len() / 2]) / 2.0;
+        let half = |q: f64| {
+            let i = ((laps.len() as f64 * q) as usize).min(laps.len() - 1);
+            rate.micros(laps[i]) / 2.0
+        };
+        let latency_median_us = half(0.5);
+        let (latency_p99_us, latency_max_us) = (half(0.99), half(1.0));
+        let max_poll_gap_us = rate.micros(MAX_POLL_GAP.with(|g| g.get()));
         // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
         let t0 = Instant::now();
         if me == 0 {
@@ -272,6 +289,10 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         let bandwidth = (size as f64 * iters as f64) / secs / 1e6;
         t.flush(timeout).map_err(|e| e.to_string())?;
         // One-sided bandwidth: a stream of RDMA writes, then a note once they completed.
+        // put_local: from the first put to the last completion at the initiator, the interval
+        // ib_write_bw's "BW average" measures; put_bandwidth also waits for the target's
+        // check of the data and its note.
+        let mut put_local = None;
         let put_bandwidth = if size > eager {
             let t0 = Instant::now();
             want_notes += 1;
@@ -282,6 +303,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                     t.progress().map_err(|e| e.to_string())?;
                 }
                 t.flush(timeout).map_err(|e| e.to_string())?;
+                put_local = Some((size as f64 * iters as f64) / t0.elapsed().as_secs_f64() / 1e6);
                 t.send(peer, TAG_NOTE, &[1]).map_err(|e| e.to_string())?;
                 wait_for(&mut t, &notes, want_notes, timeout)?;
             } else {
@@ -301,9 +323,12 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         };
         results.push(json!({"size": size, "latency_us": latency_us,
             "latency_median_us": latency_median_us, "bandwidth_mb_s": bandwidth,
-            "put_bandwidth_mb_s": put_bandwidth, "iterations": iters,
+            "put_bandwidth_mb_s": put_bandwidth, "put_local_mb_s": put_local,
+            "iterations": iters,
             "path": if size <= eager { "eager" } else { "rendezvous" },
-            "idle_sleeps": t.idle_sleeps() - sleeps_before}));
+            "idle_sleeps": t.idle_sleeps() - sleeps_before,
+            "latency_p99_us": latency_p99_us, "latency_max_us": latency_max_us,
+            "max_poll_gap_us": max_poll_gap_us}));
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
     if me == 0 {

@@ -769,6 +769,36 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Posts the queued FINs (`kind` Fin) or WRITTEN notices (`kind` Written), oldest first,
+    /// while a credit, a send slot and send-queue room allow.
+    fn post_notices(
+        &mut self,
+        peer: u32,
+        slot_len: usize,
+        kind: Kind,
+    ) -> Result<(), TransportError> {
+        loop {
+            let queue = match kind {
+                Kind::Fin => &self.fins,
+                _ => &self.written,
+            };
+            // The queue first: an empty one must not count as a send-budget stall.
+            if queue.is_empty()
+                || self.credits.data == 0
+                || self.free_send.is_empty()
+                || !self.sq_room()
+            {
+                return Ok(());
+            }
+            let queue = match kind {
+                Kind::Fin => &mut self.fins,
+                _ => &mut self.written,
+            };
+            let seq = queue.pop_front().expect("checked");
+            self.post_msg(peer, slot_len, kind, 0, seq, &[], 0)?;
+        }
+    }
+
     fn post_rdma(
         &mut self,
         peer: u32,
@@ -1866,12 +1896,10 @@ impl Transport {
                 ep.to_write.push_back(h.seq);
             }
             Kind::Written => {
-                let inc = ep
-                    .incoming
-                    .get(&h.seq)
-                    .filter(|i| i.write && i.buf.is_some())
-                    .ok_or_else(|| bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)))?;
-                let _ = inc;
+                let ctsd = |i: &Incoming| i.write && i.buf.is_some();
+                if !ep.incoming.get(&h.seq).is_some_and(ctsd) {
+                    return Err(bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)));
+                }
                 ep.reorder
                     .complete(h.seq, Ready::Rndv { seq: h.seq })
                     .map_err(|e| bad(e.to_string()))?;
@@ -1948,21 +1976,9 @@ impl Transport {
         if ep.state != EndpointState::Connected {
             return Ok(());
         }
-        // FINs: they release the peer's source buffers.
-        while !ep.fins.is_empty() && ep.credits.data > 0 && !ep.free_send.is_empty() && ep.sq_room()
-        {
-            let seq = ep.fins.pop_front().expect("checked");
-            ep.post_msg(peer, slot_len, Kind::Fin, 0, seq, &[], 0)?;
-        }
-        // WRITTEN notices: each follows its writes on the send queue.
-        while !ep.written.is_empty()
-            && ep.credits.data > 0
-            && !ep.free_send.is_empty()
-            && ep.sq_room()
-        {
-            let seq = ep.written.pop_front().expect("checked");
-            ep.post_msg(peer, slot_len, Kind::Written, 0, seq, &[], 0)?;
-        }
+        // FINs release the peer's source buffers; WRITTEN notices follow their writes.
+        ep.post_notices(peer, slot_len, Kind::Fin)?;
+        ep.post_notices(peer, slot_len, Kind::Written)?;
         // Rendezvous reads, oldest first, each admitted by the registration cache's bound.
         while let Some(&seq) = ep.to_read.front() {
             let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
@@ -2054,14 +2070,7 @@ impl Transport {
             ep.to_write.pop_front();
             ep.written.push_back(seq);
         }
-        while !ep.written.is_empty()
-            && ep.credits.data > 0
-            && !ep.free_send.is_empty()
-            && ep.sq_room()
-        {
-            let seq = ep.written.pop_front().expect("checked");
-            ep.post_msg(peer, slot_len, Kind::Written, 0, seq, &[], 0)?;
-        }
+        ep.post_notices(peer, slot_len, Kind::Written)?;
         // User operations in call order.
         while let Some(op) = ep.pending.front() {
             if !ep.sq_room() {

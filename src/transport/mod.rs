@@ -550,6 +550,8 @@ struct Incoming {
     reading: u32,
     /// Taken by the write protocol: a CTS goes back and the sender writes (no FIN).
     write: bool,
+    /// Write protocol: the CTS was posted (a WRITTEN before it is a protocol error).
+    cts_sent: bool,
 }
 
 /// Our rendezvous send, until the peer's FIN (read protocol) or until our writes completed
@@ -1896,7 +1898,7 @@ impl Transport {
                 ep.to_write.push_back(h.seq);
             }
             Kind::Written => {
-                let ctsd = |i: &Incoming| i.write && i.buf.is_some();
+                let ctsd = |i: &Incoming| i.write && i.cts_sent;
                 if !ep.incoming.get(&h.seq).is_some_and(ctsd) {
                     return Err(bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)));
                 }
@@ -1932,6 +1934,7 @@ impl Transport {
                         next: 0,
                         reading: 0,
                         write: rndv_write,
+                        cts_sent: false,
                     },
                 );
                 ep.to_read.push_back(h.seq);
@@ -2005,6 +2008,7 @@ impl Transport {
                     break;
                 }
                 ep.post_msg(peer, slot_len, Kind::Cts, 0, seq, &p, 0)?;
+                ep.incoming.get_mut(&seq).expect("queued incoming").cts_sent = true;
                 ep.to_read.pop_front();
                 continue;
             }

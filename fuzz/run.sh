@@ -24,7 +24,11 @@ status=0
 for target in node_blob proc_blob transport_msg runtime_msg fence_msg; do
   mkdir -p "$scratch/$target" "artifacts/$target"
   echo "fuzz/run.sh: $target for ${SECONDS_EACH}s" >&2
-  if ! cargo fuzz run "$target" "$scratch/$target" "corpus/$target" "regressions/$target" -- \
+  # The regressions of a target, if it has any (git keeps no empty directory; libFuzzer
+  # refuses a missing one).
+  inputs=("$scratch/$target" "corpus/$target")
+  if [ -d "regressions/$target" ]; then inputs+=("regressions/$target"); fi
+  if ! cargo fuzz run "$target" "${inputs[@]}" -- \
       -max_total_time="$SECONDS_EACH" -rss_limit_mb=2048 -max_len=4096 \
       -artifact_prefix="artifacts/$target/" -print_final_stats=1 2>&1 | tee "$scratch/$target.log" | grep -E "^(#[0-9]+ *DONE|==|SUMMARY|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus)" ; then
     :
@@ -32,6 +36,11 @@ for target in node_blob proc_blob transport_msg runtime_msg fence_msg; do
   if grep -qE "ERROR: libFuzzer|panicked at|SUMMARY: .*Sanitizer|deadly signal" "$scratch/$target.log"; then
     echo "fuzz/run.sh: $target FOUND A CRASH; see fuzz/artifacts/$target/" >&2
     grep -E "panicked at|SUMMARY|Test unit written" "$scratch/$target.log" >&2 || true
+    status=1
+  elif ! grep -q "stat::number_of_executed_units" "$scratch/$target.log"; then
+    # A target that never ran (build error, bad argument) is a failure, not a pass.
+    echo "fuzz/run.sh: $target did not run:" >&2
+    grep -vE '^ +[0-9]+: |^ +at ' "$scratch/$target.log" | tail -n 15 >&2
     status=1
   fi
 done

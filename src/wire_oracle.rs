@@ -9,11 +9,10 @@
 //! seed functions give one valid input per message kind, the fuzzers' starting corpus.
 
 use crate::runtime::fence::FenceMsg;
-use crate::runtime::resilient::{view_hash, Body, Decision, Gathered, ResMsg, View};
-use crate::runtime::wire::{Entry, GetStatus, Msg};
+use crate::runtime::resilient::{example_messages, Gathered, ResMsg};
+use crate::runtime::wire::{self, Entry, Msg};
 use crate::runtime::Scope;
 use crate::transport::wire::{Header, Kind, Rts, HDR, RTS_LEN};
-use std::sync::Arc;
 
 /// Checks one transport message (header and payload, as a receive buffer holds it); returns
 /// whether it was accepted.
@@ -120,102 +119,27 @@ fn entries() -> Vec<Entry> {
 
 /// One valid frame of every runtime message.
 pub fn runtime_seeds() -> Vec<Vec<u8>> {
-    [
-        Msg::Hello {
-            rank: 3,
-            token: vec![0xab; 16],
-        },
-        Msg::Welcome {
-            nodes: vec!["node0".into(), "node1".into()],
-        },
-        Msg::Commit { entries: entries() },
-        Msg::Route {
-            to: 1,
-            payload: vec![0x11, 0, 1],
-        },
-        Msg::Routed {
-            from: 2,
-            payload: vec![1],
-        },
-        Msg::Get {
-            req: 5,
-            rank: 1,
-            key: "openib.node".into(),
-            timeout_ms: 1000,
-        },
-        Msg::GetReply {
-            req: 5,
-            status: GetStatus::Found(vec![9, 9]),
-        },
-        Msg::GetReply {
-            req: 6,
-            status: GetStatus::Timeout,
-        },
-        Msg::GetReply {
-            req: 7,
-            status: GetStatus::PeerFailed,
-        },
-        Msg::PeerGone { rank: 4 },
-        Msg::PeerExited { rank: 4 },
-        Msg::Bye,
-    ]
-    .iter()
-    .map(Msg::encode)
-    .collect()
+    wire::examples().iter().map(Msg::encode).collect()
 }
 
 /// One valid payload of every fence message, star and resilient.
 pub fn fence_seeds() -> Vec<Vec<u8>> {
     let data: Gathered = [(0, entries()), (2, vec![])].into_iter().collect();
-    let failed = Arc::new(vec![1, 5]);
-    let view = View {
-        hash: view_hash(&failed),
-        failed: failed.clone(),
-    };
-    let decision = Decision {
-        failed,
-        data: Arc::new(data.clone()),
-    };
-    let mut out: Vec<Vec<u8>> = [
+    let star = [
         FenceMsg::Up {
             epoch: 1,
             data: data.clone(),
         },
-        FenceMsg::Down {
-            epoch: 1,
-            data: data.clone(),
-        },
+        FenceMsg::Down { epoch: 1, data },
         FenceMsg::Abort {
             epoch: 2,
             missing: vec![3, 4],
         },
-    ]
-    .iter()
-    .map(FenceMsg::encode)
-    .collect();
-    let bodies = [
-        Body::Up {
-            root: 0,
-            data,
-            acked: Some(((0, 1), decision.clone())),
-        },
-        Body::Propose {
-            ballot: (2, 1),
-            value: decision.clone(),
-        },
-        Body::Ack { ballot: (2, 1) },
-        Body::Commit { value: decision },
-        Body::Nudge,
     ];
-    out.extend(bodies.into_iter().map(|body| {
-        ResMsg {
-            epoch: 3,
-            view: view.clone(),
-            body,
-        }
-        .encode()
-    }));
-    out
+    star.iter()
+        .map(FenceMsg::encode)
+        .chain(example_messages().iter().map(ResMsg::encode))
+        .collect()
 }
 
 #[cfg(test)]

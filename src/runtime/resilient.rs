@@ -811,6 +811,69 @@ impl ResilientFence {
     }
 }
 
+/// One message of every body kind, with and without failures in the view (unit tests, and the
+/// fuzzers' seeds in `crate::wire_oracle`).
+pub fn example_messages() -> Vec<ResMsg> {
+    use crate::runtime::Scope;
+    let failed = Arc::new(vec![2, 9]);
+    let view = View {
+        hash: view_hash(&failed),
+        failed: failed.clone(),
+    };
+    let data: Gathered = [
+        (
+            1,
+            vec![Entry {
+                scope: Scope::Local,
+                key: "k".into(),
+                value: vec![1, 2, 3],
+            }],
+        ),
+        (4, vec![]),
+    ]
+    .into();
+    let value = Decision {
+        failed,
+        data: Arc::new(data.clone()),
+    };
+    let empty = View {
+        hash: view_hash(&[]),
+        failed: Arc::new(vec![]),
+    };
+    let bodies = vec![
+        Body::Up {
+            root: 1,
+            data: data.clone(),
+            acked: None,
+        },
+        Body::Up {
+            root: 1,
+            data,
+            acked: Some(((0, 3), value.clone())),
+        },
+        Body::Propose {
+            ballot: (1, 2),
+            value: value.clone(),
+        },
+        Body::Ack { ballot: (7, 0) },
+        Body::Commit { value },
+        Body::Nudge,
+    ];
+    bodies
+        .into_iter()
+        .enumerate()
+        .map(|(i, body)| ResMsg {
+            epoch: u64::MAX - i as u64,
+            view: if i % 2 == 0 {
+                view.clone()
+            } else {
+                empty.clone()
+            },
+            body,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -837,70 +900,9 @@ mod tests {
         }
     }
 
-    fn sample_messages() -> Vec<ResMsg> {
-        use crate::runtime::Scope;
-        let failed = Arc::new(vec![2, 9]);
-        let view = View {
-            hash: view_hash(&failed),
-            failed: failed.clone(),
-        };
-        let data: Gathered = [
-            (
-                1,
-                vec![Entry {
-                    scope: Scope::Local,
-                    key: "k".into(),
-                    value: vec![1, 2, 3],
-                }],
-            ),
-            (4, vec![]),
-        ]
-        .into();
-        let value = Decision {
-            failed,
-            data: Arc::new(data.clone()),
-        };
-        let empty = View {
-            hash: view_hash(&[]),
-            failed: Arc::new(vec![]),
-        };
-        let bodies = vec![
-            Body::Up {
-                root: 1,
-                data: data.clone(),
-                acked: None,
-            },
-            Body::Up {
-                root: 1,
-                data,
-                acked: Some(((0, 3), value.clone())),
-            },
-            Body::Propose {
-                ballot: (1, 2),
-                value: value.clone(),
-            },
-            Body::Ack { ballot: (7, 0) },
-            Body::Commit { value },
-            Body::Nudge,
-        ];
-        bodies
-            .into_iter()
-            .enumerate()
-            .map(|(i, body)| ResMsg {
-                epoch: u64::MAX - i as u64,
-                view: if i % 2 == 0 {
-                    view.clone()
-                } else {
-                    empty.clone()
-                },
-                body,
-            })
-            .collect()
-    }
-
     #[test]
     fn wire_round_trip_and_every_prefix_is_rejected() {
-        for m in sample_messages() {
+        for m in example_messages() {
             let b = m.encode();
             assert_eq!(ResMsg::decode(&b), Ok(m.clone()));
             for n in 0..b.len() {
@@ -936,7 +938,7 @@ mod tests {
 
     #[test]
     fn wire_rejects_bad_tags_flags_views_and_order() {
-        let good = sample_messages();
+        let good = example_messages();
         for t in [0u8, 1, 2, 3, 0x10, 0x16, 0xff] {
             let mut b = good[3].encode();
             b[0] = t;
@@ -1007,7 +1009,7 @@ mod tests {
             xor in 1u8..=255,
             cut in proptest::prelude::any::<bool>(),
         ) {
-            let mut b = sample_messages()[which].encode();
+            let mut b = example_messages()[which].encode();
             let i = at.index(b.len());
             if cut {
                 b.truncate(i);

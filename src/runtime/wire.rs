@@ -384,69 +384,70 @@ pub fn read_frame(r: &mut impl Read) -> std::io::Result<Option<Msg>> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
+/// One message of every kind (unit tests, and the fuzzers' seeds in `crate::wire_oracle`).
+pub fn examples() -> Vec<Msg> {
+    let e = Entry {
+        scope: Scope::Local,
+        key: "ib.n".into(),
+        value: vec![1, 2, 3],
+    };
+    vec![
+        Msg::Hello {
+            rank: 3,
+            token: vec![9; 16],
+        },
+        Msg::Welcome {
+            nodes: vec!["a".into(), "b".into()],
+        },
+        Msg::Commit {
+            entries: vec![
+                e.clone(),
+                Entry {
+                    scope: Scope::Global,
+                    key: String::new(),
+                    value: vec![],
+                },
+            ],
+        },
+        Msg::Route {
+            to: 1,
+            payload: vec![7],
+        },
+        Msg::Routed {
+            from: 2,
+            payload: vec![],
+        },
+        Msg::Get {
+            req: 5,
+            rank: 0,
+            key: "k".into(),
+            timeout_ms: 100,
+        },
+        Msg::GetReply {
+            req: 5,
+            status: GetStatus::Found(vec![1]),
+        },
+        Msg::GetReply {
+            req: 6,
+            status: GetStatus::Timeout,
+        },
+        Msg::GetReply {
+            req: 7,
+            status: GetStatus::PeerFailed,
+        },
+        Msg::PeerExited { rank: 4 },
+        Msg::PeerGone { rank: 4 },
+        Msg::Bye,
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn all() -> Vec<Msg> {
-        let e = Entry {
-            scope: Scope::Local,
-            key: "ib.n".into(),
-            value: vec![1, 2, 3],
-        };
-        vec![
-            Msg::Hello {
-                rank: 3,
-                token: vec![9; 16],
-            },
-            Msg::Welcome {
-                nodes: vec!["a".into(), "b".into()],
-            },
-            Msg::Commit {
-                entries: vec![
-                    e.clone(),
-                    Entry {
-                        scope: Scope::Global,
-                        key: String::new(),
-                        value: vec![],
-                    },
-                ],
-            },
-            Msg::Route {
-                to: 1,
-                payload: vec![7],
-            },
-            Msg::Routed {
-                from: 2,
-                payload: vec![],
-            },
-            Msg::Get {
-                req: 5,
-                rank: 0,
-                key: "k".into(),
-                timeout_ms: 100,
-            },
-            Msg::GetReply {
-                req: 5,
-                status: GetStatus::Found(vec![1]),
-            },
-            Msg::GetReply {
-                req: 6,
-                status: GetStatus::Timeout,
-            },
-            Msg::GetReply {
-                req: 7,
-                status: GetStatus::PeerFailed,
-            },
-            Msg::PeerExited { rank: 4 },
-            Msg::PeerGone { rank: 4 },
-            Msg::Bye,
-        ]
-    }
-
     #[test]
     fn every_message_round_trips_and_every_prefix_is_rejected() {
-        for m in all() {
+        for m in examples() {
             let b = m.encode();
             assert_eq!(Msg::decode(&b).unwrap(), m);
             for cut in 0..b.len() {

@@ -112,12 +112,13 @@ impl SharedTransport {
     ) -> Result<(), TransportError> {
         let deadline = Instant::now() + timeout;
         let mut backoff = super::IdleBackoff::default();
+        let wait_polls = self.lock().config().wait_polls;
         let mut rounds = 0u32;
         while !done() {
             rounds = rounds.wrapping_add(1);
             let n = self.progress()?;
             backoff.count(n);
-            if backoff.idle > 256 && backoff.should_sleep(self.lock().config().wait_polls) {
+            if backoff.idle > 256 && backoff.should_sleep(wait_polls) {
                 // Armed under the lock, slept on without it: other threads go on meanwhile.
                 let (n, sleeper) = self.lock().arm_sleep()?;
                 match sleeper {

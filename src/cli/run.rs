@@ -153,6 +153,9 @@ pub fn run(a: &RunArgs) -> i32 {
         .map(|t| Instant::now() + Duration::from_secs_f64(t.max(0.0)));
     let mut worst = 0i32;
     let mut running = children;
+    // Sleeps until a child exits or the deadline passes (a 10 ms polling loop here woke the
+    // launcher 100 times a second, which steals the CPU of polling ranks on small machines).
+    let exits = ExitNotifier::start();
     while !running.is_empty() {
         let mut still = Vec::new();
         for (rank, mut c) in running {
@@ -191,9 +194,61 @@ pub fn run(a: &RunArgs) -> i32 {
             }
             return 124;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        if !running.is_empty() {
+            exits.wait(deadline);
+        }
     }
     worst
+}
+
+/// Wakes the launcher when one of its children has exited. A thread blocks in `waitid` with
+/// `WNOWAIT` (the child stays a zombie, so `Child::try_wait` still reaps it and reads its
+/// status) and reports each exit; it waits for the launcher's reaping before it looks again.
+struct ExitNotifier {
+    exited: std::sync::mpsc::Receiver<()>,
+    reaped: std::sync::mpsc::SyncSender<()>,
+}
+
+impl ExitNotifier {
+    fn start() -> ExitNotifier {
+        use nix::sys::wait::{waitid, Id, WaitPidFlag};
+        let (exited_tx, exited) = std::sync::mpsc::sync_channel(1);
+        let (reaped, reaped_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        let spawned = std::thread::Builder::new()
+            .name("openib-run-wait".into())
+            .spawn(move || loop {
+                match waitid(Id::All, WaitPidFlag::WEXITED | WaitPidFlag::WNOWAIT) {
+                    Ok(_) => {}
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    // ECHILD (no child left) or anything else: the launcher polls from now on.
+                    Err(_) => return,
+                }
+                if exited_tx.send(()).is_err() || reaped_rx.recv().is_err() {
+                    return;
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "no exit-notifier thread; polling for exits");
+        }
+        ExitNotifier { exited, reaped }
+    }
+
+    /// Waits for a child's exit, at most until `deadline`, and at most 1 s when the notifier
+    /// has gone (then this is a slow poll). Call only with children still running.
+    fn wait(&self, deadline: Option<Instant>) {
+        // The zombie reported last time has been reaped by now: let the thread look again.
+        let _ = self.reaped.try_send(());
+        let mut limit = Duration::from_secs(1);
+        if let Some(d) = deadline {
+            limit = limit.min(d.saturating_duration_since(Instant::now()));
+        }
+        match self.exited.recv_timeout(limit) {
+            Ok(()) | Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                std::thread::sleep(limit.min(Duration::from_millis(10)))
+            }
+        }
+    }
 }
 
 fn exit_code(st: &std::process::ExitStatus) -> i32 {

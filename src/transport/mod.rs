@@ -88,8 +88,12 @@ pub const CTL_RESERVE: u32 = 2;
 /// Send-queue entries kept free for credit returns and FINs.
 const SQ_RESERVE: usize = 4;
 /// How often `progress` polls the connection services and the failure detector when no
-/// connection is being made (incoming connection requests are answered within this).
+/// connection is being made (incoming connection requests are answered within this, or
+/// within [`MAX_NAP`] by a process asleep in a waiting loop).
 const SERVICE_POLL: Duration = Duration::from_millis(2);
+/// The longest sleep of a waiting loop: its first sleep lasts at most [`SERVICE_POLL`], and
+/// each one in a row that woke to nothing twice as long, up to this.
+const MAX_NAP: Duration = Duration::from_millis(16);
 
 const KIND_RECV: u64 = 1;
 const KIND_SQ: u64 = 2;
@@ -169,12 +173,15 @@ fn unwr(id: u64) -> (u32, u64, u32) {
 /// The waiting policy of loops that progress until something happens
 /// ([`Transport::progress_idle`]): spin while there is work; after 256 idle polls, yield the
 /// CPU between polls; after [`TransportConfig::wait_polls`] idle polls, sleep on the port's
-/// completion channel until a completion arrives (at most 2 ms, so connection
-/// services and failure notices are still polled). A waiting process otherwise takes the CPU
-/// that software devices such as rxe need to move the data it waits for.
+/// completion channel until a completion arrives (at most 2 ms, so connection services and
+/// failure notices are still polled; each further sleep that woke to nothing lasts twice as
+/// long, up to 16 ms, so a long-idle process wakes rarely). A waiting process otherwise takes
+/// the CPU that software devices such as rxe need to move the data it waits for.
 #[derive(Debug, Default)]
 pub struct IdleBackoff {
     idle: u32,
+    /// Sleeps in a row that woke to nothing.
+    naps: u32,
 }
 
 impl IdleBackoff {
@@ -193,8 +200,19 @@ impl IdleBackoff {
             self.idle = self.idle.saturating_add(1);
         } else {
             self.idle = 0;
+            self.naps = 0;
         }
         self.idle
+    }
+
+    /// The limit of the next sleep (call once per sleep): [`SERVICE_POLL`] after work, then
+    /// doubling while sleeps wake to nothing, up to [`MAX_NAP`].
+    fn nap(&mut self) -> Duration {
+        let d = SERVICE_POLL
+            .saturating_mul(1 << self.naps.min(8))
+            .min(MAX_NAP);
+        self.naps = self.naps.saturating_add(1);
+        d
     }
 
     /// Whether a loop idle this long should sleep rather than poll (`wait_polls` 0: never).
@@ -1574,8 +1592,10 @@ impl Transport {
         if backoff.should_sleep(self.cfg.wait_polls) {
             let (n, sleeper) = self.arm_sleep()?;
             if let Some(s) = sleeper {
-                s.sleep(SERVICE_POLL)?;
-                return self.progress();
+                s.sleep(backoff.nap())?;
+                let n = self.progress()?;
+                backoff.count(n);
+                return Ok(n);
             }
             backoff.count(n);
             return Ok(n);
@@ -2357,5 +2377,21 @@ mod backoff_tests {
         }
         assert!(!b.should_sleep(0));
         assert!(b.should_sleep(10_000));
+    }
+
+    #[test]
+    fn sleeps_that_wake_to_nothing_grow_to_the_cap_and_work_resets_them() {
+        use super::{MAX_NAP, SERVICE_POLL};
+        let mut b = IdleBackoff::default();
+        let naps: Vec<_> = (0..8).map(|_| b.nap()).collect();
+        assert_eq!(naps[0], SERVICE_POLL);
+        assert_eq!(naps[1], SERVICE_POLL * 2);
+        assert!(naps.windows(2).all(|w| w[0] <= w[1]), "{naps:?}");
+        assert_eq!(*naps.last().unwrap(), MAX_NAP);
+        // Idle polls do not reset the growth; work does.
+        b.count(0);
+        assert_eq!(b.nap(), MAX_NAP);
+        b.count(1);
+        assert_eq!(b.nap(), SERVICE_POLL);
     }
 }

@@ -122,7 +122,7 @@ impl SharedTransport {
                 // Armed under the lock, slept on without it: other threads go on meanwhile.
                 let (n, sleeper) = self.lock().arm_sleep()?;
                 match sleeper {
-                    Some(s) => s.sleep(super::SERVICE_POLL)?,
+                    Some(s) => s.sleep(backoff.nap())?,
                     None => {
                         backoff.count(n);
                     }

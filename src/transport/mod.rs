@@ -1628,14 +1628,22 @@ impl Transport {
         let (ok, bad) = self.w.poll(now)?;
         for (_, c) in ok {
             let (peer, qpn) = (c.peer, c.qp.qp_num());
-            if let Err(e) = self.attach(c) {
-                self.fail(peer, FailureCause::Local(e.to_string()));
-            }
+            let attached = match self.attach(c) {
+                Ok(attached) => attached,
+                Err(e) => {
+                    self.fail(peer, FailureCause::Local(e.to_string()));
+                    true
+                }
+            };
             // Messages that arrived before the connection was handed over.
             let early: Vec<WorkCompletion>;
             (early, self.early) = std::mem::take(&mut self.early)
                 .into_iter()
                 .partition(|wc| wc.qp_num == qpn);
+            if !attached {
+                self.discard_unattached(qpn, early)?;
+                continue;
+            }
             for wc in early {
                 let (_, kind, id) = unwr(wc.wr_id);
                 let r = if wc.is_success() {
@@ -1675,12 +1683,15 @@ impl Transport {
         Ok(())
     }
 
-    fn attach(&mut self, c: Connection) -> Result<(), TransportError> {
+    /// Hands a connection to its endpoint; `false` when it was dropped instead (no endpoint,
+    /// or one that is connected already).
+    fn attach(&mut self, c: Connection) -> Result<bool, TransportError> {
         let (depth, slot) = (self.cfg.recv_depth as usize, HDR + self.cfg.eager_limit);
         let posted_recvs: usize = self.eps.values().filter(|e| e.recv_mr.is_some()).count() * depth;
         let pd = self.w.port().pd.clone();
         let Some(ep) = self.eps.get_mut(&c.peer) else {
-            return Ok(());
+            tracing::debug!(peer = c.peer, "connection to a removed peer dropped");
+            return Ok(false);
         };
         if ep.conn.is_some() {
             // Never replace a live connection (its QP carries messages in flight and the peer's
@@ -1689,7 +1700,7 @@ impl Transport {
                 peer = c.peer,
                 "second connection to a connected peer dropped"
             );
-            return Ok(());
+            return Ok(false);
         }
         let qpn = c.qp.qp_num();
         let pre = self
@@ -1744,6 +1755,35 @@ impl Transport {
         ep.conn = Some(c);
         ep.state = EndpointState::Connected;
         self.update_sq_budget();
+        Ok(true)
+    }
+
+    /// Forgets a dropped connection's QP: its pre-posted receive buffers are released, and
+    /// what arrived on it before the drop is discarded (shared receive queue buffers go back
+    /// to the queue). Delivering those messages on the peer's live connection would mix two
+    /// QPs' buffers and credits.
+    fn discard_unattached(
+        &mut self,
+        qpn: u32,
+        early: Vec<WorkCompletion>,
+    ) -> Result<(), TransportError> {
+        self.preposted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&qpn);
+        if !early.is_empty() {
+            tracing::debug!(
+                qpn,
+                n = early.len(),
+                "discarded receives of a dropped connection"
+            );
+        }
+        for wc in early {
+            let (_, kind, id) = unwr(wc.wr_id);
+            if kind == KIND_SRQ {
+                self.srq.as_mut().expect("SRQ buffer").repost(id)?;
+            }
+        }
         Ok(())
     }
 

@@ -631,7 +631,7 @@ pub static SETTINGS: &[Setting] = &[
             min: 0,
             max: u32::MAX as u64,
         },
-        Some("4096"),
+        Some("16384"),
         "idle progress calls in a row after which a waiting loop (flush, openib_flush, bench, stress) sleeps on the completion channel instead of polling; 0: always poll",
     ),
     // fault

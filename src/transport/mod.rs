@@ -1631,6 +1631,7 @@ impl Transport {
             let attached = match self.attach(c) {
                 Ok(attached) => attached,
                 Err(e) => {
+                    // The endpoint failed: its early receives are failed with it below.
                     self.fail(peer, FailureCause::Local(e.to_string()));
                     true
                 }

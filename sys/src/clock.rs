@@ -40,7 +40,7 @@ impl TickRate {
         })
     }
 
-    /// Measures the rate over at least `min` (spinning on the clock; meant for start-up).
+    /// Measures the rate over at least `min` (sleeping in quarter steps; meant for start-up).
     pub fn measure(min: Duration) -> TickRate {
         let start = (Instant::now(), ticks());
         loop {

@@ -6,7 +6,7 @@
 use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
-use crate::transport::{IdleBackoff, RemoteRegion, Transport, TransportConfig};
+use crate::transport::{IdleBackoff, RemoteRegion, Transport, TransportConfig, TransportError};
 use openib_sys::clock::{self, TickRate};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -32,11 +32,6 @@ pub struct BenchArgs {
     /// Print JSON: {"results": [{"size", "latency_us", "bandwidth_mb_s"}]}.
     #[arg(long)]
     pub json: bool,
-    /// Send messages above the eager limit from a registered buffer (`send_region`: the peer
-    /// takes the bytes by RDMA, nothing is copied into the transport's buffers), as perftest
-    /// and the MPI libraries' zero-copy rendezvous do. Without it, `send` copies them first.
-    #[arg(long)]
-    pub zero_copy: bool,
 }
 
 /// Round trips left out of `latency_trimmed_us`: the slowest two, as ib_send_lat leaves them
@@ -149,6 +144,117 @@ fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Resu
     Ok(())
 }
 
+/// Half round trips of one ping-pong phase, in microseconds.
+struct Latency {
+    /// Over the whole phase (wall clock).
+    mean_us: f64,
+    median_us: f64,
+    /// perftest's t_avg: the mean without the slowest [`TRIMMED_ROUND_TRIPS`].
+    trimmed_us: f64,
+    p99_us: f64,
+    max_us: f64,
+    /// The longest time between two progress calls of this rank's waits.
+    max_poll_gap_us: f64,
+}
+
+/// A ping-pong of `send` between the two ranks: one warm-up round trip, then `iters` timed
+/// ones (rank 0 sends first). `want_data` counts the data messages this rank expects.
+fn ping_pong(
+    t: &mut Transport,
+    inbox: &Inbox,
+    want_data: &mut u64,
+    (iters, timeout): (u64, Duration),
+    mut send: impl FnMut(&mut Transport) -> Result<u64, TransportError>,
+) -> Result<Latency, String> {
+    let me = t.rank();
+    MAX_POLL_GAP.with(|g| g.set(0));
+    let mut start = (Instant::now(), clock::ticks());
+    // Each round trip in ticks (the time-stamp counter: a clock read per iteration would be a
+    // system call in TCG guests), for the median (perftest's t_typical).
+    let mut laps: Vec<u64> = Vec::with_capacity(iters as usize);
+    let mut lap = clock::ticks();
+    for i in 0..=iters {
+        if i == 1 {
+            start = (Instant::now(), clock::ticks()); // the first round trip warms up
+            lap = start.1;
+        } else if i >= 2 {
+            let now = clock::ticks();
+            laps.push(now.saturating_sub(lap));
+            lap = now;
+        }
+        // Count what we expect rather than sampling the inbox: a message may already be there
+        // (it can arrive while we still wait for something else).
+        *want_data += 1;
+        if me == 0 {
+            send(t).map_err(|e| e.to_string())?;
+            wait_for(t, inbox, *want_data, timeout)?;
+        } else {
+            wait_for(t, inbox, *want_data, timeout)?;
+            send(t).map_err(|e| e.to_string())?;
+        }
+    }
+    let end = (Instant::now(), clock::ticks());
+    laps.push(end.1.saturating_sub(lap));
+    let rate = TickRate::between(start, end)
+        .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
+    laps.sort_unstable();
+    let half = |q: f64| {
+        let i = ((laps.len() as f64 * q) as usize).min(laps.len() - 1);
+        rate.micros(laps[i]) / 2.0
+    };
+    // perftest's t_avg: the mean without the slowest round trips (LAT_MEASURE_TAIL).
+    let kept = &laps[..laps.len().saturating_sub(TRIMMED_ROUND_TRIPS).max(1)];
+    Ok(Latency {
+        mean_us: end.0.duration_since(start.0).as_secs_f64() * 1e6 / iters as f64 / 2.0,
+        median_us: half(0.5),
+        trimmed_us: rate.micros(kept.iter().sum::<u64>()) / kept.len() as f64 / 2.0,
+        p99_us: half(0.99),
+        max_us: half(1.0),
+        max_poll_gap_us: rate.micros(MAX_POLL_GAP.with(|g| g.get())),
+    })
+}
+
+/// A stream of `iters` messages from rank 0, which rank 1 acknowledges after the last one;
+/// returns MB/s (1e6 B/s) on this rank.
+fn stream(
+    t: &mut Transport,
+    (inbox, notes): (&Inbox, &Inbox),
+    (want_data, want_notes): (&mut u64, &mut u64),
+    (iters, size, timeout): (u64, usize, Duration),
+    mut send: impl FnMut(&mut Transport) -> Result<u64, TransportError>,
+) -> Result<f64, String> {
+    let t0 = Instant::now();
+    if t.rank() == 0 {
+        *want_notes += 1;
+        for _ in 0..iters {
+            send(t).map_err(|e| e.to_string())?;
+            t.progress().map_err(|e| e.to_string())?;
+        }
+        wait_for(t, notes, *want_notes, timeout)?;
+    } else {
+        *want_data += iters;
+        wait_for(t, inbox, *want_data, timeout)?;
+        t.send(1 - t.rank(), TAG_NOTE, &[2])
+            .map_err(|e| e.to_string())?;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    t.flush(timeout).map_err(|e| e.to_string())?;
+    Ok((size as f64 * iters as f64) / secs / 1e6)
+}
+
+/// Fails unless message `n` of `inbox` is the pattern the peer sends at `size`.
+fn check_payload(inbox: &Inbox, n: u64, size: usize, peer: u32, what: &str) -> Result<(), String> {
+    let got = inbox.payload(n).unwrap_or_default();
+    let want = pattern(size, peer as u8);
+    if got != want {
+        return Err(format!(
+            "size {size}: the {what}payload arrived corrupted ({})",
+            mismatch(&got, &want)
+        ));
+    }
+    Ok(())
+}
+
 fn bench(a: &BenchArgs) -> Result<i32, String> {
     let cpc = match a.cpc.as_deref() {
         None => None,
@@ -178,14 +284,26 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     // The first data message of each size is checked: its number on this rank is the count
     // of data messages of the sizes before (rank 0 receives the pongs, rank 1 the pings and
     // the bandwidth stream).
+    // Above the eager limit each size has a second ping-pong and stream, zero copy (both
+    // ranks must run the same phases: the bench assumes one eager limit, as for the puts).
+    let eager_limit = t.eager_limit();
     let mut first = Vec::with_capacity(a.sizes.len());
+    let mut first_zero_copy = Vec::with_capacity(a.sizes.len());
     let mut n = 0u64;
     for &size in &a.sizes {
-        first.push(n);
         let iters = iters_for(a, size);
-        n += iters + 1 + if me == 1 { iters } else { 0 };
+        let stream = if me == 1 { iters } else { 0 };
+        first.push(n);
+        n += iters + 1 + stream;
+        first_zero_copy.push(n);
+        if size > eager_limit {
+            n += iters + 1 + stream;
+        }
     }
-    let inbox = Inbox::new("inbox", first.clone());
+    let mut capture: Vec<u64> = first.iter().chain(&first_zero_copy).copied().collect();
+    capture.sort_unstable();
+    capture.dedup();
+    let inbox = Inbox::new("inbox", capture);
     let notes = Inbox::new("notes", Vec::new());
     let regions = Inbox::new("regions", vec![0]);
     for (tag, ib) in [
@@ -223,7 +341,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let remote = RemoteRegion::decode(&regions.payload(0).unwrap_or_default())
         .ok_or("bad region message")?;
 
-    let eager = t.eager_limit();
+    let eager = eager_limit;
     // Messages of each inbox this rank expects to have received so far.
     let (mut want_data, mut want_notes) = (0u64, 0u64);
     let mut results = Vec::new();
@@ -232,84 +350,38 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
-        // `local` holds the same pattern, so either way the peer can check the bytes.
-        let zero_copy = a.zero_copy && size > eager;
-        let send_data = |t: &mut Transport| -> Result<u64, String> {
-            if zero_copy {
-                t.send_region(peer, TAG_DATA, &local, 0, size)
-            } else {
-                t.send(peer, TAG_DATA, &msg)
-            }
-            .map_err(|e| e.to_string())
-        };
-        MAX_POLL_GAP.with(|g| g.set(0));
-        let mut start = (Instant::now(), clock::ticks());
-        // Each round trip in ticks (the time-stamp counter: a clock read per iteration would
-        // be a system call in TCG guests), for the median (perftest's t_typical).
-        let mut laps: Vec<u64> = Vec::with_capacity(iters as usize);
-        let mut lap = clock::ticks();
-        for i in 0..=iters {
-            if i == 1 {
-                start = (Instant::now(), clock::ticks()); // the first round trip warms up
-                lap = start.1;
-            } else if i >= 2 {
-                let now = clock::ticks();
-                laps.push(now.saturating_sub(lap));
-                lap = now;
-            }
-            // Count what we expect rather than sampling the inbox: a message may already be
-            // there (it can arrive while we still wait for something else).
-            want_data += 1;
-            if me == 0 {
-                send_data(&mut t)?;
-                wait_for(&mut t, &inbox, want_data, timeout)?;
-            } else {
-                wait_for(&mut t, &inbox, want_data, timeout)?;
-                send_data(&mut t)?;
-            }
-            if i == 0 {
-                let got = inbox.payload(first[k]).unwrap_or_default();
-                if got != pattern(size, peer as u8) {
-                    return Err(format!(
-                        "size {size}: the payload arrived corrupted ({})",
-                        mismatch(&got, &pattern(size, peer as u8))
-                    ));
-                }
-            }
-        }
-        let end = (Instant::now(), clock::ticks());
-        laps.push(end.1.saturating_sub(lap));
-        let latency_us = end.0.duration_since(start.0).as_secs_f64() * 1e6 / iters as f64 / 2.0;
-        let rate = TickRate::between(start, end)
-            .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
-        laps.sort_unstable();
-        let half = |q: f64| {
-            let i = ((laps.len() as f64 * q) as usize).min(laps.len() - 1);
-            rate.micros(laps[i]) / 2.0
-        };
-        let latency_median_us = half(0.5);
-        // perftest's t_avg: the mean without the slowest round trips (LAT_MEASURE_TAIL).
-        let kept = &laps[..laps.len().saturating_sub(TRIMMED_ROUND_TRIPS).max(1)];
-        let latency_trimmed_us = rate.micros(kept.iter().sum::<u64>()) / kept.len() as f64 / 2.0;
-        let (latency_p99_us, latency_max_us) = (half(0.99), half(1.0));
-        let max_poll_gap_us = rate.micros(MAX_POLL_GAP.with(|g| g.get()));
+        let copied = ping_pong(&mut t, &inbox, &mut want_data, (iters, timeout), |t| {
+            t.send(peer, TAG_DATA, &msg)
+        })?;
+        check_payload(&inbox, first[k], size, peer, "")?;
+        let max_poll_gap_us = copied.max_poll_gap_us;
         // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
-        let t0 = Instant::now();
-        if me == 0 {
-            want_notes += 1;
-            for _ in 0..iters {
-                send_data(&mut t)?;
-                t.progress().map_err(|e| e.to_string())?;
-            }
-            wait_for(&mut t, &notes, want_notes, timeout)?;
+        let bandwidth = stream(
+            &mut t,
+            (&inbox, &notes),
+            (&mut want_data, &mut want_notes),
+            (iters, size, timeout),
+            |t| t.send(peer, TAG_DATA, &msg),
+        )?;
+        // The same without the copy: `send_region` from `local`, which holds the same pattern
+        // (the peer takes the bytes by RDMA, as perftest's registered buffers and the MPI
+        // libraries' zero-copy rendezvous do).
+        let zero_copy = if size > eager {
+            let lat = ping_pong(&mut t, &inbox, &mut want_data, (iters, timeout), |t| {
+                t.send_region(peer, TAG_DATA, &local, 0, size)
+            })?;
+            check_payload(&inbox, first_zero_copy[k], size, peer, "zero-copy ")?;
+            let bw = stream(
+                &mut t,
+                (&inbox, &notes),
+                (&mut want_data, &mut want_notes),
+                (iters, size, timeout),
+                |t| t.send_region(peer, TAG_DATA, &local, 0, size),
+            )?;
+            Some((lat, bw))
         } else {
-            want_data += iters;
-            wait_for(&mut t, &inbox, want_data, timeout)?;
-            t.send(peer, TAG_NOTE, &[2]).map_err(|e| e.to_string())?;
-        }
-        let secs = t0.elapsed().as_secs_f64();
-        let bandwidth = (size as f64 * iters as f64) / secs / 1e6;
-        t.flush(timeout).map_err(|e| e.to_string())?;
+            None
+        };
         // One-sided bandwidth: a stream of RDMA writes, then a note once they completed.
         // put_local: from the first put to the last completion at the initiator, the interval
         // ib_write_bw's "BW average" measures; put_bandwidth also waits for the target's
@@ -343,16 +415,20 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         } else {
             None
         };
-        results.push(json!({"size": size, "latency_us": latency_us,
-            "latency_median_us": latency_median_us, "bandwidth_mb_s": bandwidth,
-            "latency_trimmed_us": latency_trimmed_us,
+        let zc = zero_copy.as_ref();
+        results.push(json!({"size": size, "latency_us": copied.mean_us,
+            "latency_median_us": copied.median_us, "bandwidth_mb_s": bandwidth,
+            "latency_trimmed_us": copied.trimmed_us,
             "put_bandwidth_mb_s": put_bandwidth, "put_local_mb_s": put_local,
             "iterations": iters,
             "path": if size <= eager { "eager" } else { "rendezvous" },
-            "zero_copy": zero_copy,
             "idle_sleeps": t.idle_sleeps() - sleeps_before,
-            "latency_p99_us": latency_p99_us, "latency_max_us": latency_max_us,
-            "max_poll_gap_us": max_poll_gap_us}));
+            "latency_p99_us": copied.p99_us, "latency_max_us": copied.max_us,
+            "max_poll_gap_us": max_poll_gap_us,
+            "latency_zero_copy_us": zc.map(|(l, _)| l.mean_us),
+            "latency_zero_copy_median_us": zc.map(|(l, _)| l.median_us),
+            "latency_zero_copy_trimmed_us": zc.map(|(l, _)| l.trimmed_us),
+            "bandwidth_zero_copy_mb_s": zc.map(|(_, b)| *b)}));
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
     if me == 0 {
@@ -377,19 +453,27 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 }
             );
             println!(
-                "{:>9} {:>12} {:>12} {:>14} {:>14}  path",
-                "size", "latency us", "median us", "bandwidth MB/s", "put MB/s"
+                "{:>9} {:>12} {:>12} {:>14} {:>14} {:>14} {:>12}  path",
+                "size",
+                "latency us",
+                "median us",
+                "bandwidth MB/s",
+                "put MB/s",
+                "zero-copy us",
+                "z-c MB/s"
             );
+            let opt =
+                |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |b| format!("{b:.1}"));
             for r in &results {
-                let put = r["put_bandwidth_mb_s"]
-                    .as_f64()
-                    .map_or("-".to_string(), |b| format!("{b:.1}"));
                 println!(
-                    "{:>9} {:>12.2} {:>12.2} {:>14.1} {put:>14}  {}",
+                    "{:>9} {:>12.2} {:>12.2} {:>14.1} {:>14} {:>14} {:>12}  {}",
                     r["size"].as_u64().unwrap_or(0),
                     r["latency_us"].as_f64().unwrap_or(0.0),
                     r["latency_median_us"].as_f64().unwrap_or(0.0),
                     r["bandwidth_mb_s"].as_f64().unwrap_or(0.0),
+                    opt(&r["put_bandwidth_mb_s"]),
+                    opt(&r["latency_zero_copy_us"]),
+                    opt(&r["bandwidth_zero_copy_mb_s"]),
                     r["path"].as_str().unwrap_or("")
                 );
             }

@@ -6,6 +6,13 @@ use crate::library::verbs;
 use std::ffi::CStr;
 use std::sync::Arc;
 
+/// Room for `ibv_query_gid_table`, in tables of the queried port's length: the call returns
+/// the populated entries of every port of the device and fails when they do not fit.
+const GID_TABLE_ROOM: usize = 4;
+/// ... but at most this many: the kernel takes the buffer as an ioctl attribute whose length
+/// is 16 bits (65,535 bytes of 32-byte entries); a larger one fails with EINVAL.
+const GID_TABLE_MAX_ROOM: usize = 65535 / std::mem::size_of::<v::ibv_gid_entry>();
+
 pub(crate) struct ContextInner {
     pub(crate) raw: *mut v::ibv_context,
     pub(crate) name: String,
@@ -231,15 +238,72 @@ impl Context {
         }))
     }
 
-    /// Every populated GID of `port` (table length from [`PortAttr::gid_tbl_len`]).
+    /// Every populated GID of `port` (table length from [`PortAttr::gid_tbl_len`]), in index
+    /// order.
+    ///
+    /// One `ibv_query_gid_table` call (one system call for the whole device); where it fails
+    /// (an older kernel, or more populated entries than room for them), a scan with one
+    /// `ibv_query_gid_ex` per index: 1,024 system calls on an rxe port.
     pub fn gid_table(&self, port: u8, table_len: i32) -> Result<Vec<GidEntry>> {
-        let mut out = Vec::new();
-        for index in 0..table_len.max(0) as u32 {
-            if let Some(e) = self.query_gid_ex(port, index)? {
-                out.push(e);
+        let room = (table_len.max(1) as usize * GID_TABLE_ROOM).min(GID_TABLE_MAX_ROOM);
+        match self.query_gid_table(room) {
+            Ok(mut all) => {
+                all.retain(|e| e.port == port as u32);
+                all.sort_by_key(|e| e.index);
+                Ok(all)
+            }
+            Err(e) => {
+                tracing::debug!(device = %self.inner.name, error = %e,
+                    "ibv_query_gid_table failed; scanning the GID table entry by entry");
+                let mut out = Vec::new();
+                for index in 0..table_len.max(0) as u32 {
+                    if let Some(e) = self.query_gid_ex(port, index)? {
+                        out.push(e);
+                    }
+                }
+                Ok(out)
             }
         }
-        Ok(out)
+    }
+
+    /// The populated GID entries of every port of this device (`ibv_query_gid_table`), at most
+    /// `room` of them (more is an error).
+    fn query_gid_table(&self, room: usize) -> Result<Vec<GidEntry>> {
+        let lib = verbs()?;
+        let mut entries = vec![v::ibv_gid_entry::default(); room];
+        // SAFETY: valid context; `entries` has room for `room` entries of the size we pass, as
+        // the inline `ibv_query_gid_table` of verbs.h does.
+        let n = unsafe {
+            lib._ibv_query_gid_table(
+                self.raw(),
+                entries.as_mut_ptr(),
+                room,
+                0,
+                std::mem::size_of::<v::ibv_gid_entry>(),
+            )
+        };
+        if n < 0 {
+            return Err(Error::from_rc(
+                "ibv_query_gid_table",
+                n as i32,
+                format!("{} ({room} entries of room)", self.inner.name),
+            ));
+        }
+        entries.truncate((n as usize).min(room));
+        Ok(entries
+            .iter()
+            .filter_map(|e| {
+                // SAFETY: every bit pattern of the union is a valid [u8; 16].
+                let gid = unsafe { e.gid.raw };
+                (gid != [0; 16]).then_some(GidEntry {
+                    gid,
+                    index: e.gid_index,
+                    port: e.port_num,
+                    gid_type: e.gid_type,
+                    ndev_ifindex: e.ndev_ifindex,
+                })
+            })
+            .collect())
     }
 
     /// Waits for the next asynchronous event of this device (blocks). See [`crate::AsyncEvent`].

@@ -2705,6 +2705,13 @@ pub struct VerbsLib {
         flags: u32,
         entry_size: usize,
     ) -> ::core::ffi::c_int,
+    pub _ibv_query_gid_table: unsafe extern "C" fn(
+        context: *mut ibv_context,
+        entries: *mut ibv_gid_entry,
+        max_entries: usize,
+        flags: u32,
+        entry_size: usize,
+    ) -> isize,
     pub ibv_query_pkey: unsafe extern "C" fn(
         context: *mut ibv_context,
         port_num: u8,
@@ -2799,6 +2806,7 @@ impl VerbsLib {
         let ibv_query_port = __library.get(b"ibv_query_port\0").map(|sym| *sym)?;
         let ibv_query_gid = __library.get(b"ibv_query_gid\0").map(|sym| *sym)?;
         let _ibv_query_gid_ex = __library.get(b"_ibv_query_gid_ex\0").map(|sym| *sym)?;
+        let _ibv_query_gid_table = __library.get(b"_ibv_query_gid_table\0").map(|sym| *sym)?;
         let ibv_query_pkey = __library.get(b"ibv_query_pkey\0").map(|sym| *sym)?;
         let ibv_alloc_pd = __library.get(b"ibv_alloc_pd\0").map(|sym| *sym)?;
         let ibv_dealloc_pd = __library.get(b"ibv_dealloc_pd\0").map(|sym| *sym)?;
@@ -2842,6 +2850,7 @@ impl VerbsLib {
             ibv_query_port,
             ibv_query_gid,
             _ibv_query_gid_ex,
+            _ibv_query_gid_table,
             ibv_query_pkey,
             ibv_alloc_pd,
             ibv_dealloc_pd,
@@ -2939,6 +2948,16 @@ impl VerbsLib {
         entry_size: usize,
     ) -> ::core::ffi::c_int {
         (self._ibv_query_gid_ex)(context, port_num, gid_index, entry, flags, entry_size)
+    }
+    pub unsafe fn _ibv_query_gid_table(
+        &self,
+        context: *mut ibv_context,
+        entries: *mut ibv_gid_entry,
+        max_entries: usize,
+        flags: u32,
+        entry_size: usize,
+    ) -> isize {
+        (self._ibv_query_gid_table)(context, entries, max_entries, flags, entry_size)
     }
     pub unsafe fn ibv_query_pkey(
         &self,

@@ -32,6 +32,7 @@
 //! [`Transport`] is `Send` and needs `&mut self`; [`SharedTransport`] wraps it in a mutex so
 //! several threads may send, put, get and progress at once.
 
+mod dropped;
 pub mod flow;
 pub mod pool;
 pub mod regcache;
@@ -43,6 +44,7 @@ pub use shared::SharedTransport;
 
 use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
+use dropped::DroppedQps;
 use flow::{fragments, Credits, Reorder};
 use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
@@ -882,6 +884,9 @@ pub struct Transport {
     /// Receive completions of QPs not attached yet (the peer's first message can arrive
     /// before the CPC hands the connection over).
     early: Vec<WorkCompletion>,
+    /// QPs of connections dropped lately: their completions polled after the drop are
+    /// discarded, not kept among `early`.
+    dropped_qps: DroppedQps,
     /// Sleeps on the completion channel handed out by [`Transport::arm_sleep`].
     sleeps: u64,
 }
@@ -985,6 +990,7 @@ impl Transport {
             preposted,
             qp_peer: IdMap::default(),
             early: Vec::new(),
+            dropped_qps: DroppedQps::default(),
             sleeps: 0,
         })
     }
@@ -1517,6 +1523,11 @@ impl Transport {
             if peer == ANY_PEER {
                 match self.qp_peer.get(&wc.qp_num) {
                     Some(&p) => peer = p,
+                    None if self.dropped_qps.contains(wc.qp_num) => {
+                        // Queued before its connection was dropped: nobody's message.
+                        self.discard_dropped(std::slice::from_ref(wc));
+                        continue;
+                    }
                     None => {
                         self.early.push(*wc);
                         continue;
@@ -1642,7 +1653,7 @@ impl Transport {
                 .into_iter()
                 .partition(|wc| wc.qp_num == qpn);
             if !attached {
-                self.discard_unattached(qpn, early)?;
+                self.discard_unattached(qpn, early);
                 continue;
             }
             for wc in early {
@@ -1744,6 +1755,7 @@ impl Transport {
             }
         };
         self.qp_peer.insert(qpn, c.peer);
+        self.dropped_qps.forget(qpn);
         // More slots than the peer grants credits (its receive buffers) could never be used.
         let send_slots = self.cfg.send_depth.min(self.cfg.recv_depth) as usize;
         ep.send_mr = Some(MemoryRegion::alloc(
@@ -1763,29 +1775,35 @@ impl Transport {
     /// what arrived on it before the drop is discarded (shared receive queue buffers go back
     /// to the queue). Delivering those messages on the peer's live connection would mix two
     /// QPs' buffers and credits.
-    fn discard_unattached(
-        &mut self,
-        qpn: u32,
-        early: Vec<WorkCompletion>,
-    ) -> Result<(), TransportError> {
+    fn discard_unattached(&mut self, qpn: u32, early: Vec<WorkCompletion>) {
         self.preposted
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&qpn);
-        if !early.is_empty() {
+        // Completions of it still in the completion queue are discarded when polled.
+        self.dropped_qps.insert(qpn);
+        self.discard_dropped(&early);
+    }
+
+    /// Discards completions of a dropped connection's QP; shared receive queue buffers among
+    /// them go back to the queue (a failure to repost one is logged: the queue is one buffer
+    /// short, nothing else breaks).
+    fn discard_dropped(&mut self, wcs: &[WorkCompletion]) {
+        if let Some(wc) = wcs.first() {
             tracing::debug!(
-                qpn,
-                n = early.len(),
-                "discarded receives of a dropped connection"
+                qpn = wc.qp_num,
+                n = wcs.len(),
+                "discarded completions of a dropped connection"
             );
         }
-        for wc in early {
+        for wc in wcs {
             let (_, kind, id) = unwr(wc.wr_id);
             if kind == KIND_SRQ {
-                self.srq.as_mut().expect("SRQ buffer").repost(id)?;
+                if let Err(e) = self.srq.as_mut().expect("SRQ buffer").repost(id) {
+                    tracing::warn!(error = %e, "SRQ buffer of a dropped connection not reposted");
+                }
             }
         }
-        Ok(())
     }
 
     /// Resizes the send budget to the endpoints connected now.

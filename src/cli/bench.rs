@@ -1,7 +1,7 @@
 //! `openib bench`: ping-pong latency and streaming bandwidth between ranks 0 and 1 over the
 //! transport's `send` (eager up to the eager limit, rendezvous above it), and above the eager
-//! limit also the one-sided bandwidth of a stream of puts (RDMA writes). Every checked payload
-//! is compared with the pattern its sender wrote.
+//! limit also the same with `send_region` (zero copy) and the one-sided bandwidth of a stream
+//! of puts (RDMA writes). Every checked payload is compared with the pattern its sender wrote.
 
 use super::exit;
 use crate::modex::exchange::ExchangeMode;

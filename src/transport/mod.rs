@@ -818,6 +818,7 @@ impl Endpoint {
             };
             let seq = queue.pop_front().expect("checked");
             self.post_msg(peer, slot_len, kind, 0, seq, &[], 0)?;
+            tracing::trace!(peer, seq, ?kind, "rendezvous notice posted");
         }
     }
 
@@ -1840,6 +1841,7 @@ impl Transport {
                     .get_mut(&seq)
                     .expect("a read belongs to an incoming");
                 inc.reading -= 1;
+                tracing::trace!(peer, seq, "rendezvous read completed");
                 if inc.reading == 0 && inc.next >= inc.rts.len {
                     ep.reorder.complete(seq, Ready::Rndv { seq }).map_err(|e| {
                         TransportError::EndpointFailed {
@@ -1856,6 +1858,7 @@ impl Transport {
                     .get_mut(&seq)
                     .expect("a write belongs to an outgoing");
                 o.writing -= 1;
+                tracing::trace!(peer, seq, "rendezvous write completed");
                 let all = o.cts.is_some_and(|c| o.next >= c.len);
                 if o.writing == 0 && all {
                     // Every byte is in the peer's memory: the source is free (its WRITTEN
@@ -1975,12 +1978,14 @@ impl Transport {
                 }
                 o.cts = Some(region);
                 ep.to_write.push_back(h.seq);
+                tracing::trace!(peer, seq = h.seq, "rendezvous CTS received");
             }
             Kind::Written => {
                 let ctsd = |i: &Incoming| i.write && i.cts_sent;
                 if !ep.incoming.get(&h.seq).is_some_and(ctsd) {
                     return Err(bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)));
                 }
+                tracing::trace!(peer, seq = h.seq, "rendezvous WRITTEN received");
                 ep.reorder
                     .complete(h.seq, Ready::Rndv { seq: h.seq })
                     .map_err(|e| bad(e.to_string()))?;
@@ -2017,6 +2022,7 @@ impl Transport {
                     },
                 );
                 ep.to_read.push_back(h.seq);
+                tracing::trace!(peer, seq = h.seq, len = rts.len, "rendezvous RTS received");
             }
         }
         let ctl = h.kind == Kind::Credit;
@@ -2087,6 +2093,7 @@ impl Transport {
                     break;
                 }
                 ep.post_msg(peer, slot_len, Kind::Cts, 0, seq, &p, 0)?;
+                tracing::trace!(peer, seq, "rendezvous CTS posted");
                 ep.incoming.get_mut(&seq).expect("queued incoming").cts_sent = true;
                 ep.to_read.pop_front();
                 continue;
@@ -2112,6 +2119,7 @@ impl Transport {
                     rkey: inc.rts.rkey,
                 };
                 ep.post_rdma(peer, op, sge, Posted::Read { seq })?;
+                tracing::trace!(peer, seq, off, len, "rendezvous read posted");
             }
             let inc = ep.incoming.get(&seq).expect("queued incoming");
             if inc.next < inc.rts.len {
@@ -2145,6 +2153,8 @@ impl Transport {
                     rkey: cts.rkey,
                 };
                 ep.post_rdma(peer, op, sge, Posted::Write { seq })?;
+                // On rxe with a user QP the post runs the whole transfer before it returns.
+                tracing::trace!(peer, seq, off, len, "rendezvous write posted");
             }
             let o = &ep.outgoing[&seq];
             if o.cts.is_some_and(|c| o.next < c.len) {
@@ -2184,6 +2194,7 @@ impl Transport {
                     let mut p = [0u8; RTS_LEN];
                     src.rts(len).write(&mut p);
                     ep.post_msg(peer, slot_len, Kind::Rts, tag, seq, &p, 0)?;
+                    tracing::trace!(peer, seq, len, "rendezvous RTS posted");
                     ep.outgoing.insert(
                         seq,
                         Outgoing {

@@ -286,7 +286,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     // the bandwidth stream).
     // Above the eager limit each size has a second ping-pong and stream, zero copy (both
     // ranks must run the same phases: the bench assumes one eager limit, as for the puts).
-    let eager_limit = t.eager_limit();
+    let eager = t.eager_limit();
     let mut first = Vec::with_capacity(a.sizes.len());
     let mut first_zero_copy = Vec::with_capacity(a.sizes.len());
     let mut n = 0u64;
@@ -296,7 +296,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         first.push(n);
         n += iters + 1 + stream;
         first_zero_copy.push(n);
-        if size > eager_limit {
+        if size > eager {
             n += iters + 1 + stream;
         }
     }
@@ -341,7 +341,6 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let remote = RemoteRegion::decode(&regions.payload(0).unwrap_or_default())
         .ok_or("bad region message")?;
 
-    let eager = eager_limit;
     // Messages of each inbox this rank expects to have received so far.
     let (mut want_data, mut want_notes) = (0u64, 0u64);
     let mut results = Vec::new();

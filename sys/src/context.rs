@@ -107,6 +107,21 @@ pub struct GidEntry {
     pub ndev_ifindex: u32,
 }
 
+impl GidEntry {
+    /// The entry the library filled in, or `None` for an unpopulated one (all-zero GID).
+    fn from_raw(e: &v::ibv_gid_entry) -> Option<GidEntry> {
+        // SAFETY: every bit pattern of the union is a valid [u8; 16].
+        let gid = unsafe { e.gid.raw };
+        (gid != [0; 16]).then_some(GidEntry {
+            gid,
+            index: e.gid_index,
+            port: e.port_num,
+            gid_type: e.gid_type,
+            ndev_ifindex: e.ndev_ifindex,
+        })
+    }
+}
+
 impl Context {
     pub(crate) fn from_raw(raw: *mut v::ibv_context, name: String) -> Context {
         Context {
@@ -224,18 +239,7 @@ impl Context {
                 ))
             }
         }
-        // SAFETY: every bit pattern of the union is a valid [u8; 16].
-        let gid = unsafe { e.gid.raw };
-        if gid == [0; 16] {
-            return Ok(None);
-        }
-        Ok(Some(GidEntry {
-            gid,
-            index: e.gid_index,
-            port: e.port_num,
-            gid_type: e.gid_type,
-            ndev_ifindex: e.ndev_ifindex,
-        }))
+        Ok(GidEntry::from_raw(&e))
     }
 
     /// Every populated GID of `port` (table length from [`PortAttr::gid_tbl_len`]), in index
@@ -290,20 +294,7 @@ impl Context {
             ));
         }
         entries.truncate((n as usize).min(room));
-        Ok(entries
-            .iter()
-            .filter_map(|e| {
-                // SAFETY: every bit pattern of the union is a valid [u8; 16].
-                let gid = unsafe { e.gid.raw };
-                (gid != [0; 16]).then_some(GidEntry {
-                    gid,
-                    index: e.gid_index,
-                    port: e.port_num,
-                    gid_type: e.gid_type,
-                    ndev_ifindex: e.ndev_ifindex,
-                })
-            })
-            .collect())
+        Ok(entries.iter().filter_map(GidEntry::from_raw).collect())
     }
 
     /// Waits for the next asynchronous event of this device (blocks). See [`crate::AsyncEvent`].

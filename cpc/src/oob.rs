@@ -9,6 +9,7 @@ use crate::handshake::Hello;
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::time::Duration;
 
 /// One process's oob side channel.
@@ -63,7 +64,19 @@ impl OobService {
         Ok(())
     }
 
+    /// Takes new streams and the Hellos that arrived. Looks first, with one `poll(2)` over the
+    /// listener and the streams, and does nothing more when none is readable: this runs in
+    /// every service round of an idle process, where a failing `accept4` is dear.
     pub fn poll(&mut self) -> Result<Vec<Hello>, openib_sys::Error> {
+        let fds: Vec<BorrowedFd<'_>> = std::iter::once(self.listener.as_fd())
+            .chain(self.inbound.iter().map(|(s, _)| s.as_fd()))
+            .collect();
+        if openib_sys::readiness::readable(&fds, Some(Duration::ZERO))
+            .map_err(io_err("oob: poll"))?
+            == 0
+        {
+            return Ok(Vec::new());
+        }
         loop {
             match self.listener.accept() {
                 Ok((s, _)) => {

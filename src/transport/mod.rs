@@ -869,6 +869,8 @@ pub struct Transport {
     /// two: the hot loop reads the time-stamp counter, not the clock.
     last_service_tick: u64,
     service_ticks: u64,
+    /// The tick counter's rate, measured while the transport opened.
+    tick_rate: TickRate,
     progress_calls: u32,
     /// Peers whose rendezvous reads wait (for the cache's bound or the send queue), kept by
     /// `drain` and `fail`; they are retried on every progress call.
@@ -967,6 +969,9 @@ impl Transport {
         if w.port().prepare.set(hook).is_err() {
             tracing::debug!("the port's prepare hook was already set");
         }
+        // Opening took more than a millisecond: long enough to measure the tick rate over.
+        let tick_rate = TickRate::between(calibration, (Instant::now(), clock::ticks()))
+            .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
         Ok(Transport {
             eps,
             sq_budget,
@@ -981,9 +986,8 @@ impl Transport {
             next_token: 1,
             wcs: Vec::with_capacity(64),
             last_service_tick: clock::ticks(),
-            service_ticks: TickRate::between(calibration, (Instant::now(), clock::ticks()))
-                .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)))
-                .ticks_in(SERVICE_POLL),
+            service_ticks: tick_rate.ticks_in(SERVICE_POLL),
+            tick_rate,
             progress_calls: 0,
             reading_peers: Default::default(),
             touched: Vec::new(),
@@ -1042,6 +1046,13 @@ impl Transport {
             free: s.pool.free(),
             peers: s.pool.peers() as u32,
         })
+    }
+
+    /// The rate of [`openib_sys::clock::ticks`], measured when the transport opened: waiting
+    /// loops time themselves by the tick counter rather than the clock (see
+    /// [`openib_sys::clock`]).
+    pub fn tick_rate(&self) -> TickRate {
+        self.tick_rate
     }
 
     pub fn rank(&self) -> u32 {

@@ -101,20 +101,14 @@ pub(crate) fn get(ctx: &Context) -> Result<AsyncEvent> {
 
 /// Waits up to `timeout` for the next async event; `Ok(None)` when none arrived in time.
 pub(crate) fn poll(ctx: &Context, timeout: std::time::Duration) -> Result<Option<AsyncEvent>> {
-    // SAFETY: `raw` is a live context; async_fd is a plain integer field.
-    let fd = unsafe { (*ctx.raw()).async_fd };
-    let mut pfd = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    let ms = timeout.as_millis().min(i32::MAX as u128) as i32;
-    // SAFETY: one valid pollfd.
-    let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-    if n < 0 {
-        return Err(Error::last_os("poll(async_fd)", ctx.name()));
-    }
-    if n == 0 {
+    // SAFETY: `raw` is a live context, and its async_fd stays open while `ctx` lives.
+    let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw((*ctx.raw()).async_fd) };
+    let ready = crate::readiness::readable(&[fd], Some(timeout)).map_err(|source| Error::Verb {
+        verb: "poll(async_fd)",
+        context: ctx.name().to_string(),
+        source,
+    })?;
+    if ready == 0 {
         return Ok(None);
     }
     get(ctx).map(Some)

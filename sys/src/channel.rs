@@ -79,26 +79,14 @@ impl CompletionChannel {
     /// there were (0: timed out, or interrupted by a signal). A CQ must be armed again after
     /// its event to fire again.
     pub fn wait_timeout(&self, timeout: Option<std::time::Duration>) -> Result<usize> {
-        let ms = match timeout {
-            None => -1,
-            // Rounded up, so a short wait still sleeps rather than spins.
-            Some(t) => t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
-        };
-        let mut pfd = libc::pollfd {
-            fd: self.fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let rc = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if rc < 0 {
-            let e = std::io::Error::last_os_error();
-            if e.kind() == std::io::ErrorKind::Interrupted {
-                return Ok(0);
-            }
-            return Err(Error::last_os("poll(completion channel)", ""));
-        }
-        if rc == 0 {
+        // SAFETY: the channel (and so its descriptor) lives as long as `self`.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
+        let ready = crate::readiness::readable(&[fd], timeout).map_err(|source| Error::Verb {
+            verb: "poll(completion channel)",
+            context: String::new(),
+            source,
+        })?;
+        if ready == 0 {
             return Ok(0);
         }
         self.ack_pending()

@@ -30,6 +30,7 @@ pub mod netdev;
 mod pd;
 pub mod pmix;
 mod qp;
+pub mod readiness;
 mod srq;
 
 pub use ah::{AddressHandle, Destination};

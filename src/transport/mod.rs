@@ -93,6 +93,9 @@ const SQ_RESERVE: usize = 4;
 /// connection is being made (incoming connection requests are answered within this, or
 /// within [`MAX_NAP`] by a process asleep in a waiting loop).
 const SERVICE_POLL: Duration = Duration::from_millis(2);
+/// A progress call that found receives polls the send queue's completions only every this
+/// many calls (a call that found none always polls it).
+const SEND_POLL_EVERY: u32 = 4;
 /// The longest sleep of a waiting loop: its first sleep lasts at most [`SERVICE_POLL`], and
 /// each one in a row that woke to nothing twice as long, up to this.
 const MAX_NAP: Duration = Duration::from_millis(16);
@@ -626,6 +629,10 @@ struct Endpoint {
     /// WRITTEN notices to send (sequences whose writes are all posted).
     written: VecDeque<u32>,
     reorder: Reorder<Ready>,
+    /// Receive buffers (id, whether a control message used it) whose messages were handled
+    /// and which wait to be posted again: at the start of the next progress call, so a
+    /// reply the callback's caller sends goes first. Their credits return once posted.
+    unposted: Vec<(u32, bool)>,
     stats: EndpointStats,
     sq_budget: Arc<SqBudget>,
 }
@@ -684,6 +691,7 @@ impl Endpoint {
             to_write: VecDeque::new(),
             written: VecDeque::new(),
             reorder: Reorder::default(),
+            unposted: Vec::new(),
             stats: EndpointStats::default(),
             sq_budget,
         }
@@ -877,6 +885,8 @@ pub struct Transport {
     reading_peers: std::collections::BTreeSet<u32>,
     /// Peers touched by one progress call (kept to reuse its allocation).
     touched: Vec<u32>,
+    /// Peers with receive buffers waiting to be posted again (see `Endpoint::unposted`).
+    repost_peers: Vec<u32>,
     /// Endpoints in `Connecting` (services are polled on every progress while any is).
     connecting: usize,
     /// Receive buffers posted by the CPCs' prepare hook, by QP number, until `attach` (None:
@@ -991,6 +1001,7 @@ impl Transport {
             progress_calls: 0,
             reading_peers: Default::default(),
             touched: Vec::new(),
+            repost_peers: Vec::new(),
             connecting: 0,
             preposted,
             qp_peer: IdMap::default(),
@@ -1137,6 +1148,14 @@ impl Transport {
 
     /// The endpoint of `peer`, ready to take an operation (connection started if idle).
     fn endpoint(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
+        // A connected endpoint had a path (one lookup on the send path, not three).
+        if self
+            .eps
+            .get(&peer)
+            .is_some_and(|e| e.state == EndpointState::Connected)
+        {
+            return Ok(self.eps.get_mut(&peer).expect("checked"));
+        }
         let size = self.size();
         match self.w.plans.get(&peer) {
             None => return Err(TransportError::BadPeer { peer, size }),
@@ -1506,14 +1525,26 @@ impl Transport {
             self.last_service_tick = tick;
             self.poll_services(Instant::now())?;
         }
+        if !self.repost_peers.is_empty() {
+            self.repost_deferred();
+        }
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
         let recv_drained = {
             let lp = self.w.port();
             lp.recv_cq.poll(&mut wcs, 32)?;
-            let drained = wcs.len() < 32;
-            lp.send_cq.poll(&mut wcs, 32)?;
-            drained
+            let received = wcs.len();
+            // Send completions free slots and credits, nothing waits on them at once: when
+            // messages came in, the send queue waits for the next call (at most three calls),
+            // so no second poll stands between a message and its callback. A failed receive
+            // brings them in at once: the cause of a flush may be there.
+            if received == 0
+                || self.progress_calls % SEND_POLL_EVERY == 0
+                || wcs.iter().any(|wc| !wc.is_success())
+            {
+                lp.send_cq.poll(&mut wcs, 32)?;
+            }
+            received < 32
         };
         let n = wcs.len();
         if n == 0 && self.reading_peers.is_empty() {
@@ -1930,6 +1961,7 @@ impl Transport {
             handlers,
             done,
             cache,
+            repost_peers,
             ..
         } = self;
         let live = eps
@@ -2046,10 +2078,10 @@ impl Transport {
                 ep.credits.to_return += s.pool.on_repost(peer).credits();
             }
         } else {
-            let conn = ep.conn.as_ref().expect("connected");
-            conn.qp
-                .post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &mr.sge(off, slot_len)?)?;
-            ep.credits.reposted(ctl);
+            if ep.unposted.is_empty() {
+                repost_peers.push(peer);
+            }
+            ep.unposted.push((id, ctl));
         }
         if deliver {
             self.deliver_ready(peer);
@@ -2073,6 +2105,19 @@ impl Transport {
             return Ok(());
         };
         if ep.state != EndpointState::Connected {
+            return Ok(());
+        }
+        // Nothing queued (the common case after a received eager message): no lookups below.
+        if ep.pending.is_empty()
+            && ep.fins.is_empty()
+            && ep.written.is_empty()
+            && ep.to_read.is_empty()
+            && ep.to_write.is_empty()
+            && !ep.credits.credit_message_due()
+        {
+            if !reading_peers.is_empty() {
+                reading_peers.remove(&peer);
+            }
             return Ok(());
         }
         // FINs release the peer's source buffers; WRITTEN notices follow their writes.
@@ -2139,7 +2184,9 @@ impl Transport {
             ep.to_read.pop_front();
         }
         if ep.to_read.is_empty() {
-            reading_peers.remove(&peer);
+            if !reading_peers.is_empty() {
+                reading_peers.remove(&peer);
+            }
         } else {
             reading_peers.insert(peer);
         }
@@ -2290,6 +2337,44 @@ impl Transport {
             ep.post_msg(peer, slot_len, Kind::Credit, 0, 0, &[], 0)?;
         }
         Ok(())
+    }
+
+    /// Posts the receive buffers whose messages the last progress call handled, returns
+    /// their credits, and sends a credit-only message where one is due (a one-way stream
+    /// returns credits this way).
+    fn repost_deferred(&mut self) {
+        let slot_len = HDR + self.cfg.eager_limit;
+        // Both lists keep their allocations: this runs after nearly every received message.
+        let mut peers = std::mem::take(&mut self.repost_peers);
+        for &peer in &peers {
+            let Some(ep) = self.eps.get_mut(&peer) else {
+                continue;
+            };
+            let mut bufs = std::mem::take(&mut ep.unposted);
+            let posted = if ep.state != EndpointState::Connected {
+                Ok(()) // its queue pair is gone or going: nothing to post to
+            } else {
+                let conn = ep.conn.as_ref().expect("connected");
+                let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
+                bufs.iter().try_for_each(|&(id, ctl)| {
+                    let sge = mr.sge(id as usize * slot_len, slot_len)?;
+                    conn.qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &sge)?;
+                    ep.credits.reposted(ctl);
+                    Ok::<(), TransportError>(())
+                })
+            };
+            bufs.clear();
+            ep.unposted = bufs;
+            // Our reposts only matter to the peer: a credit-only message may be due now.
+            let due = ep.state == EndpointState::Connected && ep.credits.credit_message_due();
+            if let Err(e) = posted.and_then(|()| if due { self.drain(peer) } else { Ok(()) }) {
+                self.fail(peer, FailureCause::Local(e.to_string()));
+            }
+        }
+        peers.clear();
+        // Nothing above receives, so nothing was added meanwhile.
+        debug_assert!(self.repost_peers.is_empty());
+        self.repost_peers = peers;
     }
 
     /// Gives the SRQ grants of stopped peers back to the pool once the receive completion

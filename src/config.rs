@@ -1167,6 +1167,8 @@ mod tests {
             || name == "OPENIB_FUZZ_SECONDS"
             || name == "OPENIB_NAME"
             || name.starts_with("OPENIB_GUEST")
+            // scripts/compare's binary (for the whole run, or per variant).
+            || name == "OPENIB_BIN"
             // The C ABI's return codes (include/openib.h, docs/CAPI.md).
             || name == "OPENIB_OK"
             || name.starts_with("OPENIB_ERR_")

@@ -1534,13 +1534,14 @@ impl Transport {
         // path (TCG guests) every clock read is a system call.
         self.progress_calls = self.progress_calls.wrapping_add(1);
         let tick = clock::ticks();
+        // Before the services: a connection they attach never sees an earlier one's buffers.
+        if !self.repost_peers.is_empty() {
+            self.repost_deferred();
+        }
         if self.connecting > 0 || tick.saturating_sub(self.last_service_tick) >= self.service_ticks
         {
             self.last_service_tick = tick;
             self.poll_services(Instant::now())?;
-        }
-        if !self.repost_peers.is_empty() {
-            self.repost_deferred();
         }
         let mut wcs = std::mem::take(&mut self.wcs);
         wcs.clear();
@@ -1777,6 +1778,8 @@ impl Transport {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&qpn);
+        // Buffers of an earlier connection never go to this one's queue.
+        ep.unposted.clear();
         ep.recv_mr = match (&mut self.srq, pre) {
             (Some(srq), pre) => {
                 if pre.is_none() {

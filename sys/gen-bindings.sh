@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Regenerates sys/src/ffi/{verbs,rdmacm}.rs from the system rdma-core headers.
 #
-# Needs bindgen-cli (`cargo install bindgen-cli`; LIBCLANG_PATH=/usr/lib/llvm-14/lib), libclang and libibverbs-dev/librdmacm-dev;
+# Needs bindgen-cli (`cargo install bindgen-cli`), libclang (LIBCLANG_PATH=/usr/lib/llvm-14/lib with
+# libclang1-14) and libibverbs-dev/librdmacm-dev;
 # the normal build needs none of these: the output is committed. The libraries are loaded at run
 # time (bindgen --dynamic-loading), so `openib` starts, and explains, on machines without them.
 set -euo pipefail

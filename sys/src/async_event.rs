@@ -103,11 +103,8 @@ pub(crate) fn get(ctx: &Context) -> Result<AsyncEvent> {
 pub(crate) fn poll(ctx: &Context, timeout: std::time::Duration) -> Result<Option<AsyncEvent>> {
     // SAFETY: `raw` is a live context, and its async_fd stays open while `ctx` lives.
     let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw((*ctx.raw()).async_fd) };
-    let ready = crate::readiness::readable(&[fd], Some(timeout)).map_err(|source| Error::Verb {
-        verb: "poll(async_fd)",
-        context: ctx.name().to_string(),
-        source,
-    })?;
+    let ready = crate::readiness::readable(&[fd], Some(timeout))
+        .map_err(|e| Error::io("poll(async_fd)", ctx.name(), e))?;
     if ready == 0 {
         return Ok(None);
     }

@@ -81,11 +81,8 @@ impl CompletionChannel {
     pub fn wait_timeout(&self, timeout: Option<std::time::Duration>) -> Result<usize> {
         // SAFETY: the channel (and so its descriptor) lives as long as `self`.
         let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(self.fd()) };
-        let ready = crate::readiness::readable(&[fd], timeout).map_err(|source| Error::Verb {
-            verb: "poll(completion channel)",
-            context: String::new(),
-            source,
-        })?;
+        let ready = crate::readiness::readable(&[fd], timeout)
+            .map_err(|e| Error::io("poll(completion channel)", "", e))?;
         if ready == 0 {
             return Ok(0);
         }

@@ -176,11 +176,7 @@ impl CmChannel {
             if err.kind() == std::io::ErrorKind::WouldBlock {
                 return Ok(None);
             }
-            return Err(Error::Verb {
-                verb: "rdma_get_cm_event",
-                context: String::new(),
-                source: err,
-            });
+            return Err(Error::io("rdma_get_cm_event", "", err));
         }
         // SAFETY: `ev` is a live event until acknowledged below; the union member read is the
         // one its type says is valid (conn for connect requests/responses).

@@ -31,22 +31,26 @@ fn context_suffix(c: &str) -> String {
 }
 
 impl Error {
-    /// A verb failure from a negative/NULL return: takes `errno`.
-    pub(crate) fn last_os(verb: &'static str, context: impl fmt::Display) -> Self {
+    /// A failure of `verb` (or of the system call named so) with its I/O error.
+    pub(crate) fn io(
+        verb: &'static str,
+        context: impl fmt::Display,
+        source: std::io::Error,
+    ) -> Self {
         Error::Verb {
             verb,
             context: context.to_string(),
-            source: std::io::Error::last_os_error(),
+            source,
         }
+    }
+    /// A verb failure from a negative/NULL return: takes `errno`.
+    pub(crate) fn last_os(verb: &'static str, context: impl fmt::Display) -> Self {
+        Error::io(verb, context, std::io::Error::last_os_error())
     }
     /// A verb failure whose return value is the errno (ibv_modify_qp, ibv_post_send, ...).
     pub(crate) fn from_rc(verb: &'static str, rc: i32, context: impl fmt::Display) -> Self {
         let code = if rc < 0 { -rc } else { rc };
-        Error::Verb {
-            verb,
-            context: context.to_string(),
-            source: std::io::Error::from_raw_os_error(code),
-        }
+        Error::io(verb, context, std::io::Error::from_raw_os_error(code))
     }
     /// The errno of a failed verb, if it was one.
     pub fn errno(&self) -> Option<i32> {

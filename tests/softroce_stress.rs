@@ -26,6 +26,8 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
          echo '=== large'; {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 60 --max-size 4194304 --threads 2 --puts 10 --atomics 0 --seed 8 || echo FAILED\n\
          echo '=== large-read'; OPENIB_RNDV_PROTOCOL=read {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 60 --max-size 4194304 --threads 2 --puts 10 --atomics 0 --seed 16 || echo FAILED\n\
          echo '=== large-mixed'; {b} run -n 2 --timeout 500 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_RNDV_PROTOCOL=read; fi; exec {b} stress --json --check-resources --messages 100 --max-size 300000 --threads 2 --puts 5 --atomics 0 --seed 17' || echo FAILED\n\
+         echo '=== bounded'; OPENIB_PINNED_MAX=4194304 {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 1048576 --threads 2 --puts 5 --atomics 0 --seed 18 || echo FAILED\n\
+         echo '=== shared'; OPENIB_PINNED_MAX=4194304 {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --shared --messages 300 --max-size 1048576 --threads 2 --puts 5 --atomics 0 --seed 18 || echo FAILED\n\
          echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
          echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
          echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
@@ -45,6 +47,14 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
         // default writes, and by one of each (the receiver chooses, per process).
         ("large-read", 2, 60, 2, 0),
         ("large-mixed", 2, 100, 2, 0),
+        // A 4 MiB bound on pinned memory with messages up to 1 MiB both ways: each side's
+        // outgoing copies fill the bound, and incoming transfers must still be admitted (this
+        // hung until one incoming transfer was always admitted).
+        ("bounded", 2, 300, 2, 0),
+        // Every second message by `send_shared` from a fresh Arc, with registrations kept up to
+        // 4 MiB: kept ones are reused only for the same bytes, evicted ones are dropped, and
+        // freed addresses come back from the allocator (a stale registration would corrupt).
+        ("shared", 2, 300, 2, 0),
         ("contention", 3, 300, 3, 40),
         // Every CPC's queue pairs carry the rendezvous reads and atomics (rdmacm's active side
         // once refused them).
@@ -92,6 +102,14 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
             }
         }
         assert_eq!(received, messages * ranks as u64, "{name}: {text}");
+        if name == "shared" {
+            for v in &lines {
+                let r = &v["shared_registrations"];
+                let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("{k}: {v}"));
+                assert!(n("misses") > 0 && n("evictions") > 0, "{name}: {v}");
+                assert!(n("cached") <= 4 << 20, "{name}: past the bound: {v}");
+            }
+        }
         if name.starts_with("large") {
             let rndv: u64 = lines
                 .iter()

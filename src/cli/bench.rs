@@ -1,7 +1,8 @@
 //! `openib bench`: ping-pong latency and streaming bandwidth between ranks 0 and 1 over the
 //! transport's `send` (eager up to the eager limit, rendezvous above it), and above the eager
-//! limit also the same with `send_region` (zero copy) and the one-sided bandwidth of a stream
-//! of puts (RDMA writes). Every checked payload is compared with the pattern its sender wrote.
+//! limit also the same with `send_region` (zero copy from a registered region), with
+//! `send_shared` (zero copy from the caller's `Arc<[u8]>`) and the one-sided bandwidth of a
+//! stream of puts (RDMA writes). Every checked payload is compared with the pattern its sender wrote.
 
 use super::exit;
 use crate::modex::exchange::ExchangeMode;
@@ -291,6 +292,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let eager = t.eager_limit();
     let mut first = Vec::with_capacity(a.sizes.len());
     let mut first_zero_copy = Vec::with_capacity(a.sizes.len());
+    let mut first_shared = Vec::with_capacity(a.sizes.len());
     let mut n = 0u64;
     for &size in &a.sizes {
         let iters = iters_for(a, size);
@@ -301,8 +303,17 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         if size > eager {
             n += iters + 1 + stream;
         }
+        first_shared.push(n);
+        if size > eager {
+            n += iters + 1 + stream;
+        }
     }
-    let mut capture: Vec<u64> = first.iter().chain(&first_zero_copy).copied().collect();
+    let mut capture: Vec<u64> = first
+        .iter()
+        .chain(&first_zero_copy)
+        .chain(&first_shared)
+        .copied()
+        .collect();
     capture.sort_unstable();
     capture.dedup();
     let inbox = Inbox::new("inbox", capture);
@@ -383,6 +394,25 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         } else {
             None
         };
+        // Zero copy from the caller's own memory: `send_shared` of an `Arc<[u8]>` (registered
+        // where it is on first use, the registration kept for the next send of it).
+        let shared = if size > eager {
+            let bytes: Arc<[u8]> = msg.clone().into();
+            let lat = ping_pong(&mut t, &inbox, &mut want_data, (iters, timeout), |t| {
+                t.send_shared(peer, TAG_DATA, &bytes)
+            })?;
+            check_payload(&inbox, first_shared[k], size, peer, "shared ")?;
+            let bw = stream(
+                &mut t,
+                (&inbox, &notes),
+                (&mut want_data, &mut want_notes),
+                (iters, size, timeout),
+                |t| t.send_shared(peer, TAG_DATA, &bytes),
+            )?;
+            Some((lat, bw))
+        } else {
+            None
+        };
         // One-sided bandwidth: a stream of RDMA writes, then a note once they completed.
         // put_local: from the first put to the last completion at the initiator, the interval
         // ib_write_bw's "BW average" measures; put_bandwidth also waits for the target's
@@ -417,6 +447,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             None
         };
         let zc = zero_copy.as_ref();
+        let sh = shared.as_ref();
         results.push(json!({"size": size, "latency_us": copied.mean_us,
             "latency_median_us": copied.median_us, "bandwidth_mb_s": bandwidth,
             "latency_trimmed_us": copied.trimmed_us,
@@ -429,7 +460,11 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             "latency_zero_copy_us": zc.map(|(l, _)| l.mean_us),
             "latency_zero_copy_median_us": zc.map(|(l, _)| l.median_us),
             "latency_zero_copy_trimmed_us": zc.map(|(l, _)| l.trimmed_us),
-            "bandwidth_zero_copy_mb_s": zc.map(|(_, b)| *b)}));
+            "bandwidth_zero_copy_mb_s": zc.map(|(_, b)| *b),
+            "latency_shared_us": sh.map(|(l, _)| l.mean_us),
+            "latency_shared_median_us": sh.map(|(l, _)| l.median_us),
+            "latency_shared_trimmed_us": sh.map(|(l, _)| l.trimmed_us),
+            "bandwidth_shared_mb_s": sh.map(|(_, b)| *b)}));
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
     if me == 0 {
@@ -439,7 +474,8 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 serde_json::to_string_pretty(
                     &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
                         "srq": t.uses_srq(), "send_budget": t.send_budget(),
-                        "idle_sleeps": t.idle_sleeps()})
+                        "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
+                        "shared_registrations": t.shared_reg_stats()})
                 )
                 .expect("serialises")
             );
@@ -454,20 +490,22 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 }
             );
             println!(
-                "{:>9} {:>12} {:>12} {:>14} {:>14} {:>14} {:>12}  path",
+                "{:>9} {:>12} {:>12} {:>14} {:>14} {:>14} {:>12} {:>12} {:>12}  path",
                 "size",
                 "latency us",
                 "median us",
                 "bandwidth MB/s",
                 "put MB/s",
                 "zero-copy us",
-                "z-c MB/s"
+                "z-c MB/s",
+                "shared us",
+                "shared MB/s"
             );
             let opt =
                 |v: &serde_json::Value| v.as_f64().map_or("-".to_string(), |b| format!("{b:.1}"));
             for r in &results {
                 println!(
-                    "{:>9} {:>12.2} {:>12.2} {:>14.1} {:>14} {:>14} {:>12}  {}",
+                    "{:>9} {:>12.2} {:>12.2} {:>14.1} {:>14} {:>14} {:>12} {:>12} {:>12}  {}",
                     r["size"].as_u64().unwrap_or(0),
                     r["latency_us"].as_f64().unwrap_or(0.0),
                     r["latency_median_us"].as_f64().unwrap_or(0.0),
@@ -475,6 +513,8 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                     opt(&r["put_bandwidth_mb_s"]),
                     opt(&r["latency_zero_copy_us"]),
                     opt(&r["bandwidth_zero_copy_mb_s"]),
+                    opt(&r["latency_shared_us"]),
+                    opt(&r["bandwidth_shared_mb_s"]),
                     r["path"].as_str().unwrap_or("")
                 );
             }

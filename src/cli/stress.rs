@@ -61,6 +61,12 @@ pub struct StressArgs {
     /// are reported in "failed".
     #[arg(long)]
     pub survive: bool,
+    /// Send every second message with `send_shared` from a fresh `Arc<[u8]>` (zero copy above
+    /// the eager limit, registrations kept up to OPENIB_PINNED_MAX): the allocator hands freed
+    /// addresses out again, so a registration that outlived its bytes would show as corrupted
+    /// content.
+    #[arg(long)]
+    pub shared: bool,
 }
 
 const TAG_REGION: u8 = 2;
@@ -310,6 +316,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             let peers = peers.clone();
             let n = per_thread(th);
             let window = a.window.max(1);
+            let shared = a.shared;
             hs.push(s.spawn(move || -> Result<(), String> {
                 let mut idx: HashMap<u32, u64> = HashMap::new();
                 let mut buf = Vec::new();
@@ -335,7 +342,14 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                         }
                     }
                     let mut g = t.lock();
-                    let token = match g.send(dst, TAG_STREAM + th as u8, &buf) {
+                    let tag = TAG_STREAM + th as u8;
+                    let sent = if shared && k % 2 == 1 {
+                        let bytes: Arc<[u8]> = std::mem::take(&mut buf).into();
+                        g.send_shared(dst, tag, &bytes)
+                    } else {
+                        g.send(dst, tag, &buf)
+                    };
+                    let token = match sent {
                         Ok(token) => token,
                         Err(e) if survive && is_peer_failure(&e) => {
                             dead.lock().expect("dead").insert(dst);
@@ -562,6 +576,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         .map(|&p| json!({"peer": p, "stats": g.endpoint_stats(p)}))
         .collect();
     let cache = g.cache_stats();
+    let shared_registrations = g.shared_reg_stats();
     let srq = g.srq_stats();
     let recv_buffer_bytes = g.recv_buffer_bytes();
     g.flush(timeout).map_err(|e| e.to_string())?;
@@ -599,6 +614,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         "put_bytes": put_bytes,
         "atomics": atomics_each * threads as u64 * 2,
         "cache": cache,
+        "shared_registrations": shared_registrations,
         "srq": srq,
         "recv_buffer_bytes": recv_buffer_bytes,
         "endpoints": stats,

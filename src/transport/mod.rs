@@ -7,11 +7,14 @@
 //! # Protocols
 //! - Eager (payload <= eager limit): copied into a registered bounce slot, one RC send; the
 //!   receiver's callback sees the receive buffer itself (no copy) when the message is in order.
-//! - Rendezvous (larger): the payload is copied into a buffer of the registration cache (or
-//!   taken as is from a registered region with [`Transport::send_region`]); an `RTS` names it;
-//!   the receiver takes a cache buffer, RDMA-reads the data in fragments of at most
-//!   `OPENIB_RNDV_FRAGMENT` bytes, runs the callback, and answers `FIN`, which releases the
-//!   source. Wire format: [`wire`].
+//! - Rendezvous (larger): the payload is copied into a buffer of the registration cache by
+//!   [`Transport::send`], taken as is from a registered region by [`Transport::send_region`],
+//!   or registered where it is by [`Transport::send_shared`] (an `Arc<[u8]>`; see
+//!   [`shared_regs`]); an `RTS` names it and the receiver takes a cache buffer. Write protocol
+//!   (the default): the receiver answers `CTS` naming that buffer, the sender RDMA-writes the
+//!   payload and sends `WRITTEN`. Read protocol (`OPENIB_RNDV_PROTOCOL=read`): the receiver
+//!   RDMA-reads the payload in fragments of at most `OPENIB_RNDV_FRAGMENT` bytes and answers
+//!   `FIN`, which releases the source. Wire format: [`wire`].
 //!
 //! # Flow control
 //! Each endpoint posts `recv_depth` receive buffers, [`CTL_RESERVE`] of them for credit-only
@@ -20,7 +23,7 @@
 //!
 //! # Ordering (per endpoint)
 //! - Messages (eager and rendezvous, any mix of sizes) sent to one peer are delivered to the
-//!   peer's callbacks in the order `send`/`send_region` was called.
+//!   peer's callbacks in the order `send`/`send_region`/`send_shared` was called.
 //! - Puts, gets and atomics to one peer are started in the order they were called, after every
 //!   earlier message to that peer was started; a put is complete at the target when its
 //!   completion is reported, and a message sent after that completion arrives after the data.
@@ -37,6 +40,7 @@ pub mod flow;
 pub mod pool;
 pub mod regcache;
 mod shared;
+pub mod shared_regs;
 pub mod srq;
 pub mod wire;
 
@@ -48,8 +52,9 @@ use dropped::DroppedQps;
 use flow::{fragments, Credits, Reorder};
 use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
-use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, WorkCompletion};
+use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, SharedRegion, WorkCompletion};
 use regcache::{CacheStats, RegCache};
+use shared_regs::{SharedRegStats, SharedRegs};
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -454,6 +459,8 @@ enum Source {
     Cached(MemoryRegion),
     /// The user's registered region (zero copy).
     User(Arc<MemoryRegion>, usize),
+    /// The caller's shared bytes, registered where they are (zero copy).
+    Shared(Arc<SharedRegion>),
 }
 
 impl Source {
@@ -462,17 +469,19 @@ impl Source {
         Ok(match self {
             Source::Cached(m) => m.sge(offset, len)?,
             Source::User(m, off) => m.sge(off + offset, len)?,
+            Source::Shared(m) => m.sge(offset, len)?,
         })
     }
 
     fn rts(&self, len: usize) -> Rts {
-        let (mr, off) = match self {
-            Source::Cached(m) => (m, 0),
-            Source::User(m, off) => (&**m, *off),
+        let (addr, rkey) = match self {
+            Source::Cached(m) => (m.addr(), m.rkey()),
+            Source::User(m, off) => (m.addr() + *off as u64, m.rkey()),
+            Source::Shared(m) => (m.addr(), m.rkey()),
         };
         Rts {
-            addr: mr.addr() + off as u64,
-            rkey: mr.rkey(),
+            addr,
+            rkey,
             len: len as u64,
         }
     }
@@ -878,6 +887,13 @@ pub struct Transport {
     /// The shared receive queue (its buffers outlive the QPs above, and go before the port).
     srq: Option<srq::SrqState>,
     cache: RegCache<MemoryRegion>,
+    /// Registrations of callers' shared bytes (`send_shared`).
+    shared_regs: SharedRegs<SharedRegion>,
+    /// Incoming rendezvous holding a cache buffer now. One is always admitted whatever the
+    /// cache's bound: it completes without anything from this process, so the peer's source
+    /// buffer is freed even when this process's own outgoing copies fill the bound (otherwise
+    /// two processes sending to each other could each wait for the other's buffers forever).
+    receiving: usize,
     w: Wireup,
     rt: Box<dyn Runtime>,
     cfg: TransportConfig,
@@ -1001,6 +1017,8 @@ impl Transport {
             sq_budget,
             srq,
             cache: RegCache::new(cfg.pinned_max),
+            shared_regs: SharedRegs::new(cfg.pinned_max),
+            receiving: 0,
             w,
             rt,
             initial_credits: cfg.initial_credits(size),
@@ -1128,6 +1146,11 @@ impl Transport {
         self.cache.stats()
     }
 
+    /// Counters of the registrations kept for [`Transport::send_shared`].
+    pub fn shared_reg_stats(&self) -> SharedRegStats {
+        self.shared_regs.stats()
+    }
+
     pub fn endpoint_stats(&self, peer: u32) -> Option<EndpointStats> {
         self.eps.get(&peer).map(|e| e.stats)
     }
@@ -1248,6 +1271,42 @@ impl Transport {
                 token,
             })?;
         }
+        Ok(token)
+    }
+
+    /// Sends `data` with `tag` to `peer` like [`Transport::send`], but above the eager limit
+    /// without copying: the bytes are registered where they are and the peer takes them by
+    /// RDMA. The transport holds a reference to `data` until the transfer completes, and keeps
+    /// the registration (with its reference: the bytes stay allocated) for the next send of the
+    /// same `Arc`, up to `OPENIB_PINNED_MAX` bytes of such registrations, least recently used
+    /// evicted first. An `Arc<[u8]>` cannot change while shared, so a kept registration never
+    /// goes stale. At or below the eager limit the bytes are copied as by `send`.
+    pub fn send_shared(
+        &mut self,
+        peer: u32,
+        tag: Tag,
+        data: &Arc<[u8]>,
+    ) -> Result<u64, TransportError> {
+        if data.len() <= self.cfg.eager_limit {
+            return self.send(peer, tag, data);
+        }
+        if tag == 0 {
+            return Err(TransportError::ReservedTag);
+        }
+        let token = self.token();
+        self.endpoint(peer)?;
+        let pd = self.w.port().pd.clone();
+        let region = self
+            .shared_regs
+            .get(data, |d| SharedRegion::register(&pd, d))?;
+        let len = data.len();
+        self.enqueue(peer, |ep| Op::Rts {
+            tag,
+            seq: ep.take_seq(),
+            src: Source::Shared(region),
+            len,
+            token,
+        })?;
         Ok(token)
     }
 
@@ -1520,6 +1579,7 @@ impl Transport {
         let peers = self.peers();
         self.del_procs(&peers);
         self.cache.clear();
+        self.shared_regs.clear();
         let mut done = std::mem::take(&mut self.done);
         drop(self);
         let mut out = flushed?;
@@ -1956,6 +2016,7 @@ impl Transport {
                         &buf.as_slice()[..inc.rts.len as usize],
                     );
                     self.cache.give_back(buf);
+                    self.receiving -= 1;
                     if !inc.write {
                         ep.fins.push_back(seq);
                     }
@@ -2116,6 +2177,7 @@ impl Transport {
             cache,
             w,
             reading_peers,
+            receiving,
             ..
         } = self;
         let Some(ep) = eps.get_mut(&peer) else {
@@ -2144,13 +2206,14 @@ impl Transport {
         while let Some(&seq) = ep.to_read.front() {
             let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
             if inc.buf.is_none() {
-                if !cache.admits(inc.rts.len as usize) {
+                if *receiving > 0 && !cache.admits(inc.rts.len as usize) {
                     break;
                 }
                 let pd = w.port().pd.clone();
                 inc.buf = Some(cache.take(inc.rts.len as usize, |n| {
                     MemoryRegion::alloc(&pd, n, Access::ALL)
                 })?);
+                *receiving += 1;
             }
             if inc.write {
                 // Write protocol: name the landing region; the sender writes it.
@@ -2444,6 +2507,7 @@ impl Transport {
         for (_, inc) in ep.incoming.drain() {
             if let Some(m) = inc.buf {
                 self.cache.discard(m);
+                self.receiving -= 1;
             }
         }
         ep.to_read.clear();

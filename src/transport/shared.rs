@@ -53,6 +53,15 @@ impl SharedTransport {
         self.lock().send(peer, tag, data)
     }
 
+    pub fn send_shared(
+        &self,
+        peer: u32,
+        tag: Tag,
+        data: &Arc<[u8]>,
+    ) -> Result<u64, TransportError> {
+        self.lock().send_shared(peer, tag, data)
+    }
+
     pub fn put(
         &self,
         peer: u32,

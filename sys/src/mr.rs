@@ -1,4 +1,4 @@
-//! Memory regions (`ibv_reg_mr`) that own their memory.
+//! Memory regions (`ibv_reg_mr`): buffers they own, and shared bytes they keep alive.
 
 use crate::error::{Error, Result};
 use crate::ffi::verbs as v;
@@ -105,20 +105,7 @@ impl MemoryRegion {
     }
     /// A scatter/gather entry for `offset..offset+len` of this region.
     pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
-        match offset.checked_add(len) {
-            Some(end) if end <= self.len && len <= u32::MAX as usize => Ok(crate::qp::Sge {
-                addr: self.addr() + offset as u64,
-                length: len as u32,
-                lkey: self.lkey(),
-            }),
-            _ => Err(Error::InvalidArgument {
-                verb: "sge",
-                what: format!(
-                    "range {offset}+{len} is outside the {}-byte region",
-                    self.len
-                ),
-            }),
-        }
+        sge_within(self.addr(), self.lkey(), self.len, offset, len)
     }
 }
 
@@ -131,6 +118,123 @@ impl Drop for MemoryRegion {
                 // The HCA may still reference the pages: leak them rather than free them.
                 tracing::error!(rc, "ibv_dereg_mr failed; leaking the buffer");
                 std::mem::forget(std::mem::take(&mut self.buf));
+            }
+        }
+    }
+}
+
+/// A scatter/gather entry for `offset..offset+len` of a `region_len`-byte region at `addr`.
+fn sge_within(
+    addr: u64,
+    lkey: u32,
+    region_len: usize,
+    offset: usize,
+    len: usize,
+) -> Result<crate::qp::Sge> {
+    match offset.checked_add(len) {
+        Some(end) if end <= region_len && len <= u32::MAX as usize => Ok(crate::qp::Sge {
+            addr: addr + offset as u64,
+            length: len as u32,
+            lkey,
+        }),
+        _ => Err(Error::InvalidArgument {
+            verb: "sge",
+            what: format!("range {offset}+{len} is outside the {region_len}-byte region"),
+        }),
+    }
+}
+
+/// A registration of shared, immutable bytes (`Arc<[u8]>`) for the HCA to read: zero copy from
+/// memory the caller allocated. The region holds a reference to the bytes, so while it lives
+/// they can be neither freed nor changed (no `Arc::get_mut` succeeds while a second reference
+/// exists, and `[u8]` has no interior mutability). Access is local read and remote read only:
+/// the HCA never writes these pages. Dropping the region deregisters it before the reference
+/// is released.
+pub struct SharedRegion {
+    raw: *mut v::ibv_mr,
+    data: std::sync::Arc<[u8]>,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: the MR handle is thread-safe; the bytes are immutable and shared by `Arc`.
+unsafe impl Send for SharedRegion {}
+unsafe impl Sync for SharedRegion {}
+
+impl SharedRegion {
+    /// Registers `data` on `pd` for local and remote reads.
+    pub fn register(pd: &ProtectionDomain, data: std::sync::Arc<[u8]>) -> Result<SharedRegion> {
+        if data.is_empty() {
+            return Err(Error::InvalidArgument {
+                verb: "ibv_reg_mr",
+                what: "a memory region needs at least one byte".into(),
+            });
+        }
+        let lib = verbs()?;
+        let access = v::IBV_ACCESS_REMOTE_READ as i32;
+        // SAFETY: `data` is valid for `data.len()` bytes and is kept alive, unchanged, by the
+        // reference this region holds until Drop has deregistered it. The registration grants
+        // no write access, so the HCA only reads it (a cast to *mut is what the C API takes).
+        let raw = unsafe {
+            lib.ibv_reg_mr(
+                pd.raw(),
+                data.as_ptr() as *mut std::ffi::c_void,
+                data.len(),
+                access,
+            )
+        };
+        if raw.is_null() {
+            return Err(Error::last_os(
+                "ibv_reg_mr",
+                format!("{} shared bytes on {}", data.len(), pd.context().name()),
+            ));
+        }
+        Ok(SharedRegion {
+            raw,
+            data,
+            pd: pd.clone(),
+        })
+    }
+
+    /// The registered bytes.
+    pub fn data(&self) -> &std::sync::Arc<[u8]> {
+        &self.data
+    }
+    pub fn len(&self) -> usize {
+        self.data.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR.
+        unsafe { (*self.raw).lkey }
+    }
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR.
+        unsafe { (*self.raw).rkey }
+    }
+    /// The virtual address peers use in RDMA requests.
+    pub fn addr(&self) -> u64 {
+        self.data.as_ptr() as u64
+    }
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+    /// A scatter/gather entry for `offset..offset+len` of these bytes.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
+        sge_within(self.addr(), self.lkey(), self.len(), offset, len)
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        if let Ok(lib) = verbs() {
+            // SAFETY: `raw` is live and deregistered once; the reference is released after.
+            let rc = unsafe { lib.ibv_dereg_mr(self.raw) };
+            if rc != 0 {
+                // The HCA may still reference the pages: keep them rather than release them.
+                tracing::error!(rc, "ibv_dereg_mr failed; keeping the shared bytes");
+                std::mem::forget(self.data.clone());
             }
         }
     }

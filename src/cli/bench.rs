@@ -245,6 +245,24 @@ fn stream(
     Ok((size as f64 * iters as f64) / secs / 1e6)
 }
 
+/// One way of sending, measured: a ping-pong through `send` (its first message checked against
+/// the pattern; `what` names the way in the error), then a stream through it. Returns the
+/// latency and the bandwidth in MB/s.
+fn ping_pong_and_stream(
+    t: &mut Transport,
+    counts: (&Inbox, &Inbox),
+    wants: (&mut u64, &mut u64),
+    (iters, size, timeout): (u64, usize, Duration),
+    (first, what): (u64, &str),
+    mut send: impl FnMut(&mut Transport) -> Result<u64, TransportError>,
+) -> Result<(Latency, f64), String> {
+    let peer = 1 - t.rank();
+    let lat = ping_pong(t, counts.0, wants.0, (iters, timeout), &mut send)?;
+    check_payload(counts.0, first, size, peer, what)?;
+    let bw = stream(t, counts, wants, (iters, size, timeout), send)?;
+    Ok((lat, bw))
+}
+
 /// Fails unless message `n` of `inbox` is the pattern the peer sends at `size`.
 fn check_payload(inbox: &Inbox, n: u64, size: usize, peer: u32, what: &str) -> Result<(), String> {
     let got = inbox.payload(n).unwrap_or_default();
@@ -362,35 +380,28 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
         let msg = pattern(size, me as u8);
-        let copied = ping_pong(&mut t, &inbox, &mut want_data, (iters, timeout), |t| {
-            t.send(peer, TAG_DATA, &msg)
-        })?;
-        check_payload(&inbox, first[k], size, peer, "")?;
-        let max_poll_gap_us = copied.max_poll_gap_us;
-        // Bandwidth: rank 0 streams `send`s, rank 1 acknowledges the last one.
-        let bandwidth = stream(
+        let counts: (&Inbox, &Inbox) = (&inbox, &notes);
+        let (copied, bandwidth) = ping_pong_and_stream(
             &mut t,
-            (&inbox, &notes),
+            counts,
             (&mut want_data, &mut want_notes),
             (iters, size, timeout),
+            (first[k], ""),
             |t| t.send(peer, TAG_DATA, &msg),
         )?;
+        let max_poll_gap_us = copied.max_poll_gap_us;
         // The same without the copy: `send_region` from `local`, which holds the same pattern
         // (the peer takes the bytes by RDMA, as perftest's registered buffers and the MPI
         // libraries' zero-copy rendezvous do).
         let zero_copy = if size > eager {
-            let lat = ping_pong(&mut t, &inbox, &mut want_data, (iters, timeout), |t| {
-                t.send_region(peer, TAG_DATA, &local, 0, size)
-            })?;
-            check_payload(&inbox, first_zero_copy[k], size, peer, "zero-copy ")?;
-            let bw = stream(
+            Some(ping_pong_and_stream(
                 &mut t,
-                (&inbox, &notes),
+                counts,
                 (&mut want_data, &mut want_notes),
                 (iters, size, timeout),
+                (first_zero_copy[k], "zero-copy "),
                 |t| t.send_region(peer, TAG_DATA, &local, 0, size),
-            )?;
-            Some((lat, bw))
+            )?)
         } else {
             None
         };
@@ -398,18 +409,14 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         // where it is on first use, the registration kept for the next send of it).
         let shared = if size > eager {
             let bytes: Arc<[u8]> = msg.clone().into();
-            let lat = ping_pong(&mut t, &inbox, &mut want_data, (iters, timeout), |t| {
-                t.send_shared(peer, TAG_DATA, &bytes)
-            })?;
-            check_payload(&inbox, first_shared[k], size, peer, "shared ")?;
-            let bw = stream(
+            Some(ping_pong_and_stream(
                 &mut t,
-                (&inbox, &notes),
+                counts,
                 (&mut want_data, &mut want_notes),
                 (iters, size, timeout),
+                (first_shared[k], "shared "),
                 |t| t.send_shared(peer, TAG_DATA, &bytes),
-            )?;
-            Some((lat, bw))
+            )?)
         } else {
             None
         };

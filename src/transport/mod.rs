@@ -1232,6 +1232,24 @@ impl Transport {
         self.drain(peer)
     }
 
+    /// Queues the RTS of a rendezvous of `len` bytes from `src`.
+    fn enqueue_rts(
+        &mut self,
+        peer: u32,
+        tag: Tag,
+        src: Source,
+        len: usize,
+        token: u64,
+    ) -> Result<(), TransportError> {
+        self.enqueue(peer, |ep| Op::Rts {
+            tag,
+            seq: ep.take_seq(),
+            src,
+            len,
+            token,
+        })
+    }
+
     /// Sends `data` with `tag` to `peer` (connects on first use): eager up to the eager limit,
     /// rendezvous above it. The data is copied: the caller may reuse it at once. Returns a
     /// token that a later [`Completion`] names.
@@ -1263,13 +1281,7 @@ impl Transport {
                 .take(data.len(), |n| MemoryRegion::alloc(&pd, n, Access::ALL))?;
             copy_in_pieces(&mut buf.as_mut_slice()[..data.len()], data);
             let len = data.len();
-            self.enqueue(peer, |ep| Op::Rts {
-                tag,
-                seq: ep.take_seq(),
-                src: Source::Cached(buf),
-                len,
-                token,
-            })?;
+            self.enqueue_rts(peer, tag, Source::Cached(buf), len, token)?;
         }
         Ok(token)
     }
@@ -1300,13 +1312,7 @@ impl Transport {
             .shared_regs
             .get(data, |d| SharedRegion::register(&pd, d))?;
         let len = data.len();
-        self.enqueue(peer, |ep| Op::Rts {
-            tag,
-            seq: ep.take_seq(),
-            src: Source::Shared(region),
-            len,
-            token,
-        })?;
+        self.enqueue_rts(peer, tag, Source::Shared(region), len, token)?;
         Ok(token)
     }
 
@@ -1330,13 +1336,7 @@ impl Transport {
         }
         let token = self.token();
         let src = Source::User(region.clone(), offset);
-        self.enqueue(peer, |ep| Op::Rts {
-            tag,
-            seq: ep.take_seq(),
-            src,
-            len,
-            token,
-        })?;
+        self.enqueue_rts(peer, tag, src, len, token)?;
         Ok(token)
     }
 

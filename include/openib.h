@@ -136,8 +136,8 @@ int openib_set_handler(openib_t *t, uint8_t tag, openib_recv_cb cb, void *ctx);
  * The data is copied before the call returns either way: `buf` may be reused at once. The send
  * completes later, as a completion with the token written to *token_out (optional): eager when
  * the data left this process, rendezvous when the data is in the peer's memory. Messages to one peer, of
- * any mix of sizes and of openib_send, openib_send_mem and openib_sendi, reach its callbacks
- * in the order they were sent. */
+ * any mix of sizes and of openib_send, openib_send_mem, openib_send_nocopy and openib_sendi,
+ * reach its callbacks in the order they were sent. */
 int openib_send(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len,
                 uint64_t *token_out);
 
@@ -150,6 +150,17 @@ int openib_send(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t
  * the region; OPENIB_ERR_INVALID for a region of another handle. */
 int openib_send_mem(openib_t *t, uint32_t peer, uint8_t tag, openib_mem_t *mem, size_t offset,
                     size_t len, uint64_t *token_out);
+
+/* Sends len bytes of buf with `tag` to rank `peer`, as openib_send does, but above
+ * openib_eager_limit() without a copy: buf is registered for this transfer (deregistered when
+ * it ends) and the peer takes the bytes by RDMA. Those bytes must stay allocated and unchanged
+ * until the completion with *token_out (optional; then wait for the completion some other way,
+ * e.g. openib_flush). Up to the eager limit the bytes are copied before the call returns.
+ * Registering costs about what copying costs on real hardware and much less than copying
+ * under emulation (docs/PERFORMANCE.md); for buffers sent again and again, openib_mem_alloc
+ * and openib_send_mem register once. */
+int openib_send_nocopy(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len,
+                       uint64_t *token_out);
 
 /* Immediate send of at most openib_eager_limit() bytes (above: OPENIB_ERR_TOO_LARGE): posted
  * now, copied before the call returns, or not at all: OPENIB_ERR_BUSY when it cannot be posted

@@ -31,6 +31,7 @@ const API: &[&str] = &[
     "openib_rank",
     "openib_send",
     "openib_send_mem",
+    "openib_send_nocopy",
     "openib_sendi",
     "openib_set_handler",
     "openib_size",

@@ -52,7 +52,10 @@ use dropped::DroppedQps;
 use flow::{fragments, Credits, Reorder};
 use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
-use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, SharedRegion, WorkCompletion};
+use openib_sys::{
+    Access, ForeignRegion, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SharedRegion,
+    WorkCompletion,
+};
 use regcache::{CacheStats, RegCache};
 use shared_regs::{SharedRegStats, SharedRegs};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -461,6 +464,8 @@ enum Source {
     User(Arc<MemoryRegion>, usize),
     /// The caller's shared bytes, registered where they are (zero copy).
     Shared(Arc<SharedRegion>),
+    /// Bytes a C caller holds, registered for this transfer (zero copy).
+    Foreign(ForeignRegion),
 }
 
 impl Source {
@@ -470,6 +475,7 @@ impl Source {
             Source::Cached(m) => m.sge(offset, len)?,
             Source::User(m, off) => m.sge(off + offset, len)?,
             Source::Shared(m) => m.sge(offset, len)?,
+            Source::Foreign(m) => m.sge(offset, len)?,
         })
     }
 
@@ -478,6 +484,7 @@ impl Source {
             Source::Cached(m) => (m.addr(), m.rkey()),
             Source::User(m, off) => (m.addr() + *off as u64, m.rkey()),
             Source::Shared(m) => (m.addr(), m.rkey()),
+            Source::Foreign(m) => (m.addr(), m.rkey()),
         };
         Rts {
             addr,
@@ -1142,6 +1149,12 @@ impl Transport {
         )?))
     }
 
+    /// The protection domain of the transport's port: what a registration must be made on to
+    /// be sent from (see [`Transport::send_foreign`]).
+    pub fn protection_domain(&self) -> &ProtectionDomain {
+        &self.w.port().pd
+    }
+
     pub fn cache_stats(&self) -> CacheStats {
         self.cache.stats()
     }
@@ -1313,6 +1326,26 @@ impl Transport {
             .get(data, |d| SharedRegion::register(&pd, d))?;
         let len = data.len();
         self.enqueue_rts(peer, tag, Source::Shared(region), len, token)?;
+        Ok(token)
+    }
+
+    /// Sends the whole of `region` (registered on [`Transport::protection_domain`] by a caller
+    /// outside safe Rust, e.g. the C ABI) with `tag` to `peer` by rendezvous, without copying:
+    /// the peer takes the bytes by RDMA. The transport drops (deregisters) the region when the
+    /// transfer completes or fails; the bytes must not change until then.
+    pub fn send_foreign(
+        &mut self,
+        peer: u32,
+        tag: Tag,
+        region: ForeignRegion,
+    ) -> Result<u64, TransportError> {
+        if tag == 0 {
+            return Err(TransportError::ReservedTag);
+        }
+        let token = self.token();
+        self.endpoint(peer)?;
+        let len = region.len();
+        self.enqueue_rts(peer, tag, Source::Foreign(region), len, token)?;
         Ok(token)
     }
 

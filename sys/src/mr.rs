@@ -239,3 +239,99 @@ impl Drop for SharedRegion {
         }
     }
 }
+
+/// A read-only registration of memory this process holds elsewhere (a C caller's buffer), for
+/// the HCA to read: zero copy through the C ABI. It does not own the bytes; its creator
+/// promises they stay allocated and unchanged while it lives. Local read and remote read only.
+pub struct ForeignRegion {
+    raw: *mut v::ibv_mr,
+    addr: u64,
+    len: usize,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: the MR handle is thread-safe; the region never touches the bytes from the CPU.
+unsafe impl Send for ForeignRegion {}
+unsafe impl Sync for ForeignRegion {}
+
+impl ForeignRegion {
+    /// Registers `len` bytes at `ptr` on `pd` for local and remote reads.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be memory of this process that is readable, stays allocated, and is
+    /// not changed until the returned region is dropped: peers read it by RDMA in the meantime.
+    /// (The kernel pins the pages, so the HCA never reads memory freed under it; breaking the
+    /// promise sends unspecified bytes, and lets a peer read what the pages then hold.)
+    pub unsafe fn register(
+        pd: &ProtectionDomain,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<ForeignRegion> {
+        if len == 0 || ptr.is_null() {
+            return Err(Error::InvalidArgument {
+                verb: "ibv_reg_mr",
+                what: "a foreign region needs a non-null address and at least one byte".into(),
+            });
+        }
+        let lib = verbs()?;
+        // SAFETY: the caller's promise on `ptr..ptr+len`; no write access is granted.
+        let raw = unsafe {
+            lib.ibv_reg_mr(
+                pd.raw(),
+                ptr as *mut std::ffi::c_void,
+                len,
+                v::IBV_ACCESS_REMOTE_READ as i32,
+            )
+        };
+        if raw.is_null() {
+            return Err(Error::last_os(
+                "ibv_reg_mr",
+                format!("{len} foreign bytes on {}", pd.context().name()),
+            ));
+        }
+        Ok(ForeignRegion {
+            raw,
+            addr: ptr as u64,
+            len,
+            pd: pd.clone(),
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn lkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR.
+        unsafe { (*self.raw).lkey }
+    }
+    pub fn rkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR.
+        unsafe { (*self.raw).rkey }
+    }
+    /// The virtual address peers use in RDMA requests.
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+    /// A scatter/gather entry for `offset..offset+len` of the region.
+    pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
+        sge_within(self.addr, self.lkey(), self.len, offset, len)
+    }
+}
+
+impl Drop for ForeignRegion {
+    fn drop(&mut self) {
+        if let Ok(lib) = verbs() {
+            // SAFETY: `raw` is live and deregistered once.
+            let rc = unsafe { lib.ibv_dereg_mr(self.raw) };
+            if rc != 0 {
+                tracing::error!(rc, "ibv_dereg_mr of a foreign region failed");
+            }
+        }
+    }
+}

@@ -7,7 +7,7 @@
  *      threads at once (tags 1 and 5, N/2 each), while the main thread sends a third stream
  *      (tag 6) that mixes sizes above the eager limit (rendezvous, up to 1 MiB) with small
  *      ones, two of them with openib_send_mem from a registered region (one zero copy, one
- *      eager), and progresses; it checks every message it receives: its length and each byte,
+ *      eager) and one with openib_send_nocopy from malloc'd memory, and progresses; it checks every message it receives: its length and each byte,
  *      in order per tag;
  *   3. gets part of the peer's region and checks it byte by byte;
  *   4. puts into the peer's region, tells the peer when the put completed, and checks what
@@ -59,6 +59,7 @@
 #define LARGE_N 15          /* messages of the main thread's stream */
 #define SEND_MEM_BIG 12     /* the one of them sent zero copy with openib_send_mem */
 #define SEND_MEM_SMALL 13   /* and one at most the eager limit, also with openib_send_mem */
+#define SEND_NOCOPY 9       /* one sent zero copy from malloc'd memory with openib_send_nocopy */
 #define BIG_OFF 3           /* where SEND_MEM_BIG starts in the send_mem region */
 #define SMALL_OFF (MIB + 64) /* and SEND_MEM_SMALL */
 #define SENDI_N 300         /* > any send queue or credit count: BUSY must happen */
@@ -429,6 +430,10 @@ static uint64_t load64(const void *p) {
     return v;
 }
 
+/* The buffer of the openib_send_nocopy message: it must stay unchanged until the message's
+ * completion, so it lives until the program exits. */
+static uint8_t *nocopy_buf;
+
 /* The main thread's stream (tag 6), sent while the two sender threads run. big is the
  * registered region openib_send_mem sends from. */
 static void send_large(struct state *st, openib_mem_t *big) {
@@ -448,6 +453,15 @@ static void send_large(struct state *st, openib_mem_t *big) {
             for (j = 0; j < len; j++)
                 b[off + j] = pat(seed, j);
             rc = openib_send_mem(st->t, st->peer, TAG_L, big, off, len, &token);
+        } else if (i == SEND_NOCOPY) {
+            nocopy_buf = malloc(len);
+            if (!nocopy_buf) {
+                perror("malloc");
+                exit(2);
+            }
+            for (j = 0; j < len; j++)
+                nocopy_buf[j] = pat(seed, j);
+            rc = openib_send_nocopy(st->t, st->peer, TAG_L, nocopy_buf, len, &token);
         } else {
             for (j = 0; j < len; j++)
                 buf[j] = pat(seed, j);
@@ -457,7 +471,10 @@ static void send_large(struct state *st, openib_mem_t *big) {
         }
         if (rc != OPENIB_OK) {
             FAIL(st, "%s of stream message %u (%zu bytes): %d (%s): %s",
-                 i == SEND_MEM_BIG || i == SEND_MEM_SMALL ? "openib_send_mem" : "openib_send", i,
+                 i == SEND_MEM_BIG || i == SEND_MEM_SMALL ? "openib_send_mem"
+                 : i == SEND_NOCOPY                       ? "openib_send_nocopy"
+                                                          : "openib_send",
+                 i,
                  len, rc, openib_strerror(rc), openib_last_error());
             break;
         }

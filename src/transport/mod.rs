@@ -37,6 +37,7 @@
 
 mod dropped;
 pub mod flow;
+mod peer_map;
 pub mod pool;
 pub mod regcache;
 mod shared;
@@ -56,9 +57,10 @@ use openib_sys::{
     Access, ForeignRegion, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SharedRegion,
     WorkCompletion,
 };
+use peer_map::PeerMap;
 use regcache::{CacheStats, RegCache};
 use shared_regs::{SharedRegStats, SharedRegs};
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -889,7 +891,7 @@ pub type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
 pub struct Transport {
     // Field order is drop order: endpoints (queue pairs, their buffers), the cache, then the
     // port (protection domain, completion queues) and the runtime.
-    eps: BTreeMap<u32, Endpoint>,
+    eps: PeerMap<Endpoint>,
     sq_budget: Arc<SqBudget>,
     /// The shared receive queue (its buffers outlive the QPs above, and go before the port).
     srq: Option<srq::SrqState>,
@@ -1127,7 +1129,7 @@ impl Transport {
 
     /// The peers this transport has endpoints for (every other rank until `del_procs`).
     pub fn peers(&self) -> Vec<u32> {
-        self.eps.keys().copied().collect()
+        self.eps.keys().collect()
     }
 
     /// Registers the receive callback of `tag` (replacing any earlier one).
@@ -1521,7 +1523,7 @@ impl Transport {
 
     /// Connects to every peer now instead of on first use (for benchmarks and wire-up timing).
     pub fn connect_all(&mut self, timeout: Duration) -> Result<(), TransportError> {
-        let peers: Vec<u32> = self.eps.keys().copied().collect();
+        let peers: Vec<u32> = self.eps.keys().collect();
         for &p in &peers {
             let ep = self.eps.get_mut(&p).expect("listed");
             if ep.state == EndpointState::Idle && matches!(self.w.plans.get(&p), Some(Ok(_))) {
@@ -1537,7 +1539,7 @@ impl Transport {
                 .eps
                 .iter()
                 .filter(|(_, e)| e.state == EndpointState::Connecting)
-                .map(|(p, _)| *p)
+                .map(|(p, _)| p)
                 .collect();
             if waiting.is_empty() {
                 return Ok(());
@@ -1572,7 +1574,7 @@ impl Transport {
                     .eps
                     .iter()
                     .filter(|(_, e)| live_busy(e))
-                    .map(|(p, _)| *p)
+                    .map(|(p, _)| p)
                     .collect();
                 return Err(TransportError::Timeout {
                     what: format!("flush (busy endpoints: {busy:?})"),
@@ -1726,7 +1728,7 @@ impl Transport {
         }
         if self.sq_budget.hit.swap(false, Ordering::Relaxed) {
             // Endpoints held back by the shared send budget may go on now.
-            touched.extend(self.eps.iter().filter(|(_, e)| e.busy()).map(|(p, _)| *p));
+            touched.extend(self.eps.iter().filter(|(_, e)| e.busy()).map(|(p, _)| p));
             touched.sort_unstable();
             touched.dedup();
         }

@@ -30,48 +30,100 @@ impl std::ops::BitOr for Access {
     }
 }
 
+/// One `ibv_mr` handle and the protection domain it lives in. It does not deregister itself:
+/// the region that owns it calls [`Registration::deregister`] in its Drop, before it releases
+/// the memory, and decides what to do when that fails.
+struct Registration {
+    raw: *mut v::ibv_mr,
+    pd: ProtectionDomain,
+}
+
+// SAFETY: an MR handle may be used and deregistered from any thread (libibverbs); the regions
+// that hold one own or borrow their memory under their own rules.
+unsafe impl Send for Registration {}
+unsafe impl Sync for Registration {}
+
+impl Registration {
+    /// Registers `len` bytes at `addr` on `pd` with `access`; `what` describes them for the
+    /// error.
+    ///
+    /// # Safety
+    /// `addr..addr+len` is memory of this process that stays allocated until
+    /// [`Registration::deregister`] succeeds, and that the device may access as `access` allows.
+    unsafe fn new(
+        pd: &ProtectionDomain,
+        addr: *mut std::ffi::c_void,
+        len: usize,
+        access: u32,
+        what: &str,
+    ) -> Result<Registration> {
+        if len == 0 || addr.is_null() {
+            return Err(Error::InvalidArgument {
+                verb: "ibv_reg_mr",
+                what: format!("{what}: a memory region needs an address and at least one byte"),
+            });
+        }
+        let lib = verbs()?;
+        // SAFETY: the caller's promise on `addr..addr+len`.
+        let raw = unsafe { lib.ibv_reg_mr(pd.raw(), addr, len, access as i32) };
+        if raw.is_null() {
+            return Err(Error::last_os(
+                "ibv_reg_mr",
+                format!("{len} {what} on {}", pd.context().name()),
+            ));
+        }
+        Ok(Registration {
+            raw,
+            pd: pd.clone(),
+        })
+    }
+
+    fn lkey(&self) -> u32 {
+        // SAFETY: `raw` is a live MR until `deregister`, which only Drop calls.
+        unsafe { (*self.raw).lkey }
+    }
+
+    fn rkey(&self) -> u32 {
+        // SAFETY: as above.
+        unsafe { (*self.raw).rkey }
+    }
+
+    /// Deregisters (once). False when `ibv_dereg_mr` failed: the device may still reference
+    /// the pages, so the owner must not free them.
+    fn deregister(&mut self) -> bool {
+        let raw = std::mem::replace(&mut self.raw, std::ptr::null_mut());
+        if raw.is_null() {
+            return true;
+        }
+        let Ok(lib) = verbs() else { return true };
+        // SAFETY: `raw` is live and deregistered once (it was replaced by null above).
+        let rc = unsafe { lib.ibv_dereg_mr(raw) };
+        if rc != 0 {
+            tracing::error!(rc, "ibv_dereg_mr failed");
+        }
+        rc == 0
+    }
+}
+
 /// A registered buffer owned by this value. The buffer is deregistered before it is freed, so
 /// the HCA never touches freed memory: a work request still referencing it completes in error.
 ///
 /// The HCA may write the buffer while Rust code reads it (that is what RDMA is for); callers
 /// read it only after the completion (or the protocol message) that says the write is done.
 pub struct MemoryRegion {
-    raw: *mut v::ibv_mr,
+    reg: Registration,
     buf: Box<[u64]>,
     len: usize,
-    pd: ProtectionDomain,
 }
-
-// SAFETY: the MR handle is thread-safe; the buffer is plain memory owned by this value.
-unsafe impl Send for MemoryRegion {}
-unsafe impl Sync for MemoryRegion {}
 
 impl MemoryRegion {
     /// Allocates `len` zeroed bytes (8-byte aligned, as atomics need) and registers them.
     pub fn alloc(pd: &ProtectionDomain, len: usize, access: Access) -> Result<MemoryRegion> {
-        if len == 0 {
-            return Err(Error::InvalidArgument {
-                verb: "ibv_reg_mr",
-                what: "a memory region needs at least one byte".into(),
-            });
-        }
-        let lib = verbs()?;
         let mut buf = vec![0u64; len.div_ceil(8)].into_boxed_slice();
         // SAFETY: `buf` is valid for `len` bytes and outlives the registration (see Drop).
-        let raw =
-            unsafe { lib.ibv_reg_mr(pd.raw(), buf.as_mut_ptr().cast(), len, access.0 as i32) };
-        if raw.is_null() {
-            return Err(Error::last_os(
-                "ibv_reg_mr",
-                format!("{len} bytes on {}", pd.context().name()),
-            ));
-        }
-        Ok(MemoryRegion {
-            raw,
-            buf,
-            len,
-            pd: pd.clone(),
-        })
+        let reg =
+            unsafe { Registration::new(pd, buf.as_mut_ptr().cast(), len, access.0, "bytes")? };
+        Ok(MemoryRegion { reg, buf, len })
     }
 
     pub fn len(&self) -> usize {
@@ -81,12 +133,10 @@ impl MemoryRegion {
         self.len == 0
     }
     pub fn lkey(&self) -> u32 {
-        // SAFETY: `raw` is a live MR.
-        unsafe { (*self.raw).lkey }
+        self.reg.lkey()
     }
     pub fn rkey(&self) -> u32 {
-        // SAFETY: `raw` is a live MR.
-        unsafe { (*self.raw).rkey }
+        self.reg.rkey()
     }
     /// The virtual address peers use in RDMA requests.
     pub fn addr(&self) -> u64 {
@@ -101,7 +151,7 @@ impl MemoryRegion {
         unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast(), self.len) }
     }
     pub fn pd(&self) -> &ProtectionDomain {
-        &self.pd
+        &self.reg.pd
     }
     /// A scatter/gather entry for `offset..offset+len` of this region.
     pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
@@ -111,14 +161,10 @@ impl MemoryRegion {
 
 impl Drop for MemoryRegion {
     fn drop(&mut self) {
-        if let Ok(lib) = verbs() {
-            // SAFETY: `raw` is live and deregistered once; the buffer is freed after this.
-            let rc = unsafe { lib.ibv_dereg_mr(self.raw) };
-            if rc != 0 {
-                // The HCA may still reference the pages: leak them rather than free them.
-                tracing::error!(rc, "ibv_dereg_mr failed; leaking the buffer");
-                std::mem::forget(std::mem::take(&mut self.buf));
-            }
+        if !self.reg.deregister() {
+            // The HCA may still reference the pages: leak them rather than free them.
+            tracing::error!("leaking the buffer of a region that failed to deregister");
+            std::mem::forget(std::mem::take(&mut self.buf));
         }
     }
 }
@@ -151,48 +197,26 @@ fn sge_within(
 /// the HCA never writes these pages. Dropping the region deregisters it before the reference
 /// is released.
 pub struct SharedRegion {
-    raw: *mut v::ibv_mr,
+    reg: Registration,
     data: std::sync::Arc<[u8]>,
-    pd: ProtectionDomain,
 }
-
-// SAFETY: the MR handle is thread-safe; the bytes are immutable and shared by `Arc`.
-unsafe impl Send for SharedRegion {}
-unsafe impl Sync for SharedRegion {}
 
 impl SharedRegion {
     /// Registers `data` on `pd` for local and remote reads.
     pub fn register(pd: &ProtectionDomain, data: std::sync::Arc<[u8]>) -> Result<SharedRegion> {
-        if data.is_empty() {
-            return Err(Error::InvalidArgument {
-                verb: "ibv_reg_mr",
-                what: "a memory region needs at least one byte".into(),
-            });
-        }
-        let lib = verbs()?;
-        let access = v::IBV_ACCESS_REMOTE_READ as i32;
         // SAFETY: `data` is valid for `data.len()` bytes and is kept alive, unchanged, by the
         // reference this region holds until Drop has deregistered it. The registration grants
         // no write access, so the HCA only reads it (a cast to *mut is what the C API takes).
-        let raw = unsafe {
-            lib.ibv_reg_mr(
-                pd.raw(),
+        let reg = unsafe {
+            Registration::new(
+                pd,
                 data.as_ptr() as *mut std::ffi::c_void,
                 data.len(),
-                access,
-            )
+                v::IBV_ACCESS_REMOTE_READ,
+                "shared bytes",
+            )?
         };
-        if raw.is_null() {
-            return Err(Error::last_os(
-                "ibv_reg_mr",
-                format!("{} shared bytes on {}", data.len(), pd.context().name()),
-            ));
-        }
-        Ok(SharedRegion {
-            raw,
-            data,
-            pd: pd.clone(),
-        })
+        Ok(SharedRegion { reg, data })
     }
 
     /// The registered bytes.
@@ -206,19 +230,17 @@ impl SharedRegion {
         self.data.is_empty()
     }
     pub fn lkey(&self) -> u32 {
-        // SAFETY: `raw` is a live MR.
-        unsafe { (*self.raw).lkey }
+        self.reg.lkey()
     }
     pub fn rkey(&self) -> u32 {
-        // SAFETY: `raw` is a live MR.
-        unsafe { (*self.raw).rkey }
+        self.reg.rkey()
     }
     /// The virtual address peers use in RDMA requests.
     pub fn addr(&self) -> u64 {
         self.data.as_ptr() as u64
     }
     pub fn pd(&self) -> &ProtectionDomain {
-        &self.pd
+        &self.reg.pd
     }
     /// A scatter/gather entry for `offset..offset+len` of these bytes.
     pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
@@ -228,14 +250,10 @@ impl SharedRegion {
 
 impl Drop for SharedRegion {
     fn drop(&mut self) {
-        if let Ok(lib) = verbs() {
-            // SAFETY: `raw` is live and deregistered once; the reference is released after.
-            let rc = unsafe { lib.ibv_dereg_mr(self.raw) };
-            if rc != 0 {
-                // The HCA may still reference the pages: keep them rather than release them.
-                tracing::error!(rc, "ibv_dereg_mr failed; keeping the shared bytes");
-                std::mem::forget(self.data.clone());
-            }
+        if !self.reg.deregister() {
+            // The HCA may still reference the pages: keep them rather than release them.
+            tracing::error!("keeping the shared bytes of a region that failed to deregister");
+            std::mem::forget(self.data.clone());
         }
     }
 }
@@ -244,15 +262,10 @@ impl Drop for SharedRegion {
 /// the HCA to read: zero copy through the C ABI. It does not own the bytes; its creator
 /// promises they stay allocated and unchanged while it lives. Local read and remote read only.
 pub struct ForeignRegion {
-    raw: *mut v::ibv_mr,
+    reg: Registration,
     addr: u64,
     len: usize,
-    pd: ProtectionDomain,
 }
-
-// SAFETY: the MR handle is thread-safe; the region never touches the bytes from the CPU.
-unsafe impl Send for ForeignRegion {}
-unsafe impl Sync for ForeignRegion {}
 
 impl ForeignRegion {
     /// Registers `len` bytes at `ptr` on `pd` for local and remote reads.
@@ -267,33 +280,20 @@ impl ForeignRegion {
         ptr: *const u8,
         len: usize,
     ) -> Result<ForeignRegion> {
-        if len == 0 || ptr.is_null() {
-            return Err(Error::InvalidArgument {
-                verb: "ibv_reg_mr",
-                what: "a foreign region needs a non-null address and at least one byte".into(),
-            });
-        }
-        let lib = verbs()?;
         // SAFETY: the caller's promise on `ptr..ptr+len`; no write access is granted.
-        let raw = unsafe {
-            lib.ibv_reg_mr(
-                pd.raw(),
+        let reg = unsafe {
+            Registration::new(
+                pd,
                 ptr as *mut std::ffi::c_void,
                 len,
-                v::IBV_ACCESS_REMOTE_READ as i32,
-            )
+                v::IBV_ACCESS_REMOTE_READ,
+                "foreign bytes",
+            )?
         };
-        if raw.is_null() {
-            return Err(Error::last_os(
-                "ibv_reg_mr",
-                format!("{len} foreign bytes on {}", pd.context().name()),
-            ));
-        }
         Ok(ForeignRegion {
-            raw,
+            reg,
             addr: ptr as u64,
             len,
-            pd: pd.clone(),
         })
     }
 
@@ -304,19 +304,17 @@ impl ForeignRegion {
         self.len == 0
     }
     pub fn lkey(&self) -> u32 {
-        // SAFETY: `raw` is a live MR.
-        unsafe { (*self.raw).lkey }
+        self.reg.lkey()
     }
     pub fn rkey(&self) -> u32 {
-        // SAFETY: `raw` is a live MR.
-        unsafe { (*self.raw).rkey }
+        self.reg.rkey()
     }
     /// The virtual address peers use in RDMA requests.
     pub fn addr(&self) -> u64 {
         self.addr
     }
     pub fn pd(&self) -> &ProtectionDomain {
-        &self.pd
+        &self.reg.pd
     }
     /// A scatter/gather entry for `offset..offset+len` of the region.
     pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
@@ -326,12 +324,7 @@ impl ForeignRegion {
 
 impl Drop for ForeignRegion {
     fn drop(&mut self) {
-        if let Ok(lib) = verbs() {
-            // SAFETY: `raw` is live and deregistered once.
-            let rc = unsafe { lib.ibv_dereg_mr(self.raw) };
-            if rc != 0 {
-                tracing::error!(rc, "ibv_dereg_mr of a foreign region failed");
-            }
-        }
+        // Nothing to keep on failure: the bytes are the caller's (logged by `deregister`).
+        self.reg.deregister();
     }
 }

@@ -2190,6 +2190,18 @@ impl Transport {
             } else {
                 ep.credits.to_return += s.pool.on_repost(peer).credits();
             }
+        } else if ctl {
+            // A credit-only message: its buffer goes back now, so the control credit rides on
+            // the very next header. Deferred like the others, the drain of this same progress
+            // call could spend every data credit the message brought before the repost, and
+            // then nothing would carry the control credit back: the peer, out of control
+            // credits, could not return data credits, and both would wait forever (a one-way
+            // stream of small messages with thousands queued did).
+            let conn = ep.conn.as_ref().expect("connected");
+            let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
+            let sge = mr.sge(id as usize * slot_len, slot_len)?;
+            conn.qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &sge)?;
+            ep.credits.reposted(true);
         } else {
             if ep.unposted.is_empty() {
                 repost_peers.push(peer);

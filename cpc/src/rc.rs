@@ -36,6 +36,44 @@ pub struct LocalPort {
 /// See [`LocalPort::prepare`].
 pub type PrepareHook = Arc<dyn Fn(&QueuePair) -> Result<(), openib_sys::Error> + Send + Sync>;
 
+/// `caps` with the largest inline size, up to the one asked for, that the device grants an RC
+/// queue pair: devices do not report their limit (creation fails above it), so this tries the
+/// size asked for, then 64 bytes, then none, with a queue pair created and dropped at once.
+fn granted_inline(
+    pd: &ProtectionDomain,
+    send_cq: &CompletionQueue,
+    recv_cq: &CompletionQueue,
+    caps: QpCaps,
+) -> QpCaps {
+    let wanted = caps.max_inline_data;
+    let mut tries = vec![wanted, wanted.min(64), 0];
+    tries.dedup();
+    for inline in tries {
+        let c = QpCaps {
+            max_inline_data: inline,
+            ..caps
+        };
+        let attrs = QpInitAttrs {
+            qp_type: QpType::Rc,
+            send_cq,
+            recv_cq,
+            srq: None,
+            caps: c,
+            sq_sig_all: false,
+        };
+        match QueuePair::new(pd, &attrs) {
+            Ok(_) => {
+                if inline < wanted {
+                    tracing::debug!(wanted, inline, "the device grants less inline data");
+                }
+                return c;
+            }
+            Err(e) => tracing::debug!(inline, error = %e, "no RC queue pair with this inline size"),
+        }
+    }
+    caps // creating the connections' queue pairs fails with the device's own error
+}
+
 impl LocalPort {
     /// Opens `port` of `ctx` with new PD and CQs (`cqe` entries each), GID index `sgid_index`.
     pub fn open(
@@ -59,6 +97,7 @@ impl LocalPort {
         let channel = CompletionChannel::new(ctx)?;
         let send_cq = CompletionQueue::new(ctx, cqe, Some(&channel))?;
         let recv_cq = CompletionQueue::new(ctx, cqe, Some(&channel))?;
+        let caps = granted_inline(&pd, &send_cq, &recv_cq, caps);
         Ok(LocalPort {
             ctx: ctx.clone(),
             pd,

@@ -99,6 +99,10 @@ pub const CQ_DEPTH: u32 = 8192;
 pub const CTL_RESERVE: u32 = 2;
 /// Send-queue entries kept free for credit returns and FINs.
 const SQ_RESERVE: usize = 4;
+/// Bytes every RC queue pair is asked to take inline in its send requests (the device may
+/// grant less, see `LocalPort::open`): a message whose header and payload fit what it granted
+/// goes inside the work request, as perftest sends its small messages (up to 236 bytes).
+pub const INLINE_WANTED: u32 = 256;
 /// How often `progress` polls the connection services and the failure detector when no
 /// connection is being made (incoming connection requests are answered within this, or
 /// within [`MAX_NAP`] by a process asleep in a waiting loop).
@@ -667,6 +671,8 @@ struct Endpoint {
     unposted: Vec<(u32, bool)>,
     stats: EndpointStats,
     sq_budget: Arc<SqBudget>,
+    /// Largest message (header included) sent inline: what the QP granted.
+    inline_max: usize,
 }
 
 /// The shared receive queue's state (see [`pool::CreditPool`]).
@@ -726,6 +732,7 @@ impl Endpoint {
             unposted: Vec::new(),
             stats: EndpointStats::default(),
             sq_budget,
+            inline_max: 0,
         }
     }
 
@@ -818,7 +825,7 @@ impl Endpoint {
             SendOp::Send,
             &sge,
             true,
-            HDR + payload.len() <= 64,
+            HDR + payload.len() <= self.inline_max,
         )?;
         if kind == Kind::Credit {
             self.credits.ctl -= 1;
@@ -1920,6 +1927,7 @@ impl Transport {
         )?);
         ep.free_send = (0..send_slots).rev().collect();
         ep.credits = Credits::new(self.initial_credits, CTL_RESERVE);
+        ep.inline_max = c.qp.caps().max_inline_data as usize;
         ep.conn = Some(c);
         ep.state = EndpointState::Connected;
         self.update_sq_budget();

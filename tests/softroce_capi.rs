@@ -6,7 +6,8 @@
 //! at rank 0, misaligned and out-of-range atomics refused), the reentrancy rule, that every
 //! token completes once, and `openib_del_procs` with a get in flight; it exits 0 only if both
 //! ranks matched. Run twice in one boot: with the default eager limit, and with a small one (so
-//! messages wait for credits and send slots).
+//! messages wait for credits and send slots). And `tests/c/vanish.c`: a send to a peer that
+//! removed this process fails after the queue pair's retries.
 
 #[path = "softroce/harness.rs"]
 mod harness;
@@ -57,5 +58,39 @@ fn c_program_exchanges_checked_data_through_libopenib() {
             assert!(line.ends_with("peer ok"), "{line}");
         }
         eprint!("{section}:\n{text}");
+    }
+}
+
+/// A peer that removes this process (`openib_del_procs`) and stays alive: nothing answers the
+/// packets of a send to it any more, and the runtime reports no death, so only the queue pair's
+/// transport retries can fail the send (`tests/c/vanish.c`). rxe retries a `retry_cnt` of 7
+/// forever (`rxe_comp.c`); with 7 this send never failed. Under the default CPC list, with
+/// oob (no disconnect message could fail the endpoint another way) and with rdmacm (whose ACK
+/// timeout comes from the CM: about 16 s of retries on rxe).
+#[test]
+fn a_send_to_a_peer_that_vanished_fails_after_its_retries() {
+    if harness::skip_guest("softroce_capi vanish") {
+        return;
+    }
+    let exe = support::compile_linked("vanish");
+    let dir = exe.parent().expect("dir").display().to_string();
+    let b = env!("CARGO_BIN_EXE_openib");
+    let script = format!(
+        "cd {dir} || exit 1\n\
+         echo '=== default'; {b} run -n 2 --timeout 120 -- ./vanish 2>&1 || echo FAILED\n\
+         echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 120 -- ./vanish 2>&1 || echo FAILED\n\
+         echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 120 -- ./vanish 30 2>&1 || echo FAILED\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "400"], &["sh", "-c", &script]);
+    for section in ["default", "oob", "rdmacm"] {
+        let text = harness::section(&out, section).unwrap_or_else(|| panic!("no {section}: {out}"));
+        assert!(!text.contains("FAILED"), "{section}:\n{text}");
+        assert!(text.contains("vanish: rank 1 ok"), "{section}:\n{text}");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("vanish: rank 0 ok: the send failed after "))
+            .unwrap_or_else(|| panic!("{section}: no verdict of rank 0:\n{text}"));
+        eprintln!("{section}: {line}");
     }
 }

@@ -354,7 +354,8 @@ impl CmId {
             responder_resources: 4,
             initiator_depth: 4,
             flow_control: 0,
-            retry_count: 7,
+            // 6, as `RcParams::retry_cnt`: rxe retries a count of 7 forever.
+            retry_count: 6,
             rnr_retry_count: 7,
             // Tells the peer's CM that our QP receives through a shared receive queue.
             srq: u8::from(srq),

@@ -461,7 +461,8 @@ pub struct RcParams {
     pub service_level: u8,
     /// Local ACK timeout exponent (4.096 us * 2^timeout); 14 is about 67 ms.
     pub timeout: u8,
-    /// Transport retries before a completion error (at most 7).
+    /// Transport retries before a completion error (at most 7; rxe takes 7 as forever, see
+    /// the default).
     pub retry_cnt: u8,
     /// Receiver-not-ready retries (7 = forever).
     pub rnr_retry: u8,
@@ -480,7 +481,9 @@ impl Default for RcParams {
             sq_psn: 0,
             service_level: 0,
             timeout: 14,
-            retry_cnt: 7,
+            // 6, not 7: rxe never counts a retry count of 7 down (as the IBTA has it for
+            // rnr_retry only), so a request to a vanished peer would be retried forever there.
+            retry_cnt: 6,
             rnr_retry: 7,
             max_rd_atomic: 4,
             min_rnr_timer: 12,

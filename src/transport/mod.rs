@@ -787,6 +787,17 @@ impl Endpoint {
         self.posted.len() + SQ_RESERVE < MAX_QUEUE as usize && self.sq_budget.room()
     }
 
+    /// Posts receive buffer `id` (of the endpoint's own buffers, `slot_len` bytes each) again
+    /// and counts the credit it returns (`ctl`: a control credit).
+    fn repost_recv(&mut self, id: u32, ctl: bool, slot_len: usize) -> Result<(), TransportError> {
+        let conn = self.conn.as_ref().expect("connected");
+        let mr = self.recv_mr.as_ref().expect("connected without an SRQ");
+        let sge = mr.sge(id as usize * slot_len, slot_len)?;
+        conn.qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &sge)?;
+        self.credits.reposted(ctl);
+        Ok(())
+    }
+
     fn id(&mut self) -> u32 {
         self.next_id = (self.next_id + 1) & 0xff_ffff;
         self.next_id
@@ -2205,11 +2216,7 @@ impl Transport {
             // then nothing would carry the control credit back: the peer, out of control
             // credits, could not return data credits, and both would wait forever (a one-way
             // stream of small messages with thousands queued did).
-            let conn = ep.conn.as_ref().expect("connected");
-            let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
-            let sge = mr.sge(id as usize * slot_len, slot_len)?;
-            conn.qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &sge)?;
-            ep.credits.reposted(true);
+            ep.repost_recv(id, true, slot_len)?;
         } else {
             if ep.unposted.is_empty() {
                 repost_peers.push(peer);
@@ -2489,14 +2496,8 @@ impl Transport {
             let posted = if ep.state != EndpointState::Connected {
                 Ok(()) // its queue pair is gone or going: nothing to post to
             } else {
-                let conn = ep.conn.as_ref().expect("connected");
-                let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
-                bufs.iter().try_for_each(|&(id, ctl)| {
-                    let sge = mr.sge(id as usize * slot_len, slot_len)?;
-                    conn.qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &sge)?;
-                    ep.credits.reposted(ctl);
-                    Ok::<(), TransportError>(())
-                })
+                bufs.iter()
+                    .try_for_each(|&(id, ctl)| ep.repost_recv(id, ctl, slot_len))
             };
             bufs.clear();
             ep.unposted = bufs;

@@ -15,9 +15,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <time.h>
-
 
 static double now(void) {
     struct timespec ts;
@@ -63,7 +61,8 @@ int main(int argc, char **argv) {
             if ((rc = openib_progress(t)) < 0)
                 return fail("openib_progress", rc);
         printf("vanish: rank 1 ok\n");
-        return openib_close(t) == OPENIB_OK ? 0 : fail("openib_close", rc);
+        rc = openib_close(t);
+        return rc == OPENIB_OK ? 0 : fail("openib_close", rc);
     }
     for (t0 = now(); now() - t0 < 1.0;)
         if ((rc = openib_progress(t)) < 0)

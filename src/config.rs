@@ -543,6 +543,16 @@ pub static SETTINGS: &[Setting] = &[
         "largest payload sent eagerly, in bytes; larger messages use the rendezvous protocol",
     ),
     Setting::new(
+        "OPENIB_EAGER_TRAIN_LIMIT",
+        C::Transport,
+        Kind::Int {
+            min: 0,
+            max: 1_048_576,
+        },
+        Some("65536"),
+        "largest message a copying send cuts into eager pieces (no rendezvous handshake); larger ones use the rendezvous protocol; at or below OPENIB_EAGER_LIMIT: none",
+    ),
+    Setting::new(
         "OPENIB_RECV_DEPTH",
         C::Transport,
         Kind::Int { min: 8, max: 256 },

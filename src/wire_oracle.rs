@@ -82,6 +82,7 @@ pub fn transport_seeds() -> Vec<Vec<u8>> {
         (Kind::Fin, 0, &[][..]),
         (Kind::Cts, 0, &r[..]),
         (Kind::Written, 0, &[][..]),
+        (Kind::Frag, 7, &b"a piece"[..]),
     ]
     .into_iter()
     .enumerate()

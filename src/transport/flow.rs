@@ -3,6 +3,7 @@
 //! transport feeds these with what it posted and what arrived, and the tests drive them with
 //! simulated peers.
 
+use super::wire::MAX_TRAIN;
 use std::collections::BTreeMap;
 
 /// Credit accounting of one endpoint (both directions).
@@ -152,6 +153,103 @@ impl<T> Reorder<T> {
     }
 }
 
+/// A train's assembly buffer kept for the next train up to this capacity (larger ones are
+/// freed: an endpoint does not keep a megabyte per peer for one large message).
+const KEEP_TRAIN_BUFFER: usize = 64 << 10;
+
+/// Reassembly of the trains arriving on one endpoint (see [`super::wire`]): the pieces of a
+/// message above the eager limit, `FRAG`s then a last `EAGER`, with the message's tag and
+/// sequence, back to back on the queue pair. Feed it every `FRAG` and every `EAGER` in
+/// arrival order; it never holds more than [`MAX_TRAIN`] bytes.
+#[derive(Debug, Default)]
+pub struct TrainAssembly {
+    /// The train being assembled: sequence, tag, bytes so far.
+    open: Option<(u32, u8, Vec<u8>)>,
+    /// An empty buffer kept from the last delivered train.
+    spare: Vec<u8>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TrainError {
+    #[error("a piece of message {got} arrived while message {open} was being assembled")]
+    Interleaved { open: u32, got: u32 },
+    #[error("a piece of message {seq} has tag {got}, its first piece had tag {first}")]
+    TagChanged { seq: u32, first: u8, got: u8 },
+    #[error("message {seq} grew past the largest train ({MAX_TRAIN} bytes)")]
+    TooLong { seq: u32 },
+}
+
+impl TrainAssembly {
+    /// A `FRAG` of message `seq` arrived.
+    pub fn fragment(&mut self, seq: u32, tag: u8, piece: &[u8]) -> Result<(), TrainError> {
+        let (_, _, buf) = match &mut self.open {
+            None => self
+                .open
+                .insert((seq, tag, std::mem::take(&mut self.spare))),
+            Some(open) => {
+                Self::same(open, seq, tag)?;
+                open
+            }
+        };
+        if buf.len() + piece.len() > MAX_TRAIN {
+            self.open = None;
+            return Err(TrainError::TooLong { seq });
+        }
+        buf.extend_from_slice(piece);
+        Ok(())
+    }
+
+    /// An `EAGER` of message `seq` arrived: the last piece of the open train, whose whole
+    /// message this returns, or (no train open) a message of its own: `None`.
+    pub fn finish(
+        &mut self,
+        seq: u32,
+        tag: u8,
+        piece: &[u8],
+    ) -> Result<Option<Vec<u8>>, TrainError> {
+        let Some(open) = &self.open else {
+            return Ok(None);
+        };
+        Self::same(open, seq, tag)?;
+        let (_, _, mut buf) = self.open.take().expect("checked");
+        if buf.len() + piece.len() > MAX_TRAIN {
+            return Err(TrainError::TooLong { seq });
+        }
+        buf.extend_from_slice(piece);
+        Ok(Some(buf))
+    }
+
+    /// A delivered message's buffer, for the next train (kept only if small enough).
+    pub fn recycle(&mut self, mut buf: Vec<u8>) {
+        if buf.capacity() <= KEEP_TRAIN_BUFFER && buf.capacity() > self.spare.capacity() {
+            buf.clear();
+            self.spare = buf;
+        }
+    }
+
+    /// Whether a train is being assembled (its pieces so far hold no receive buffer).
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    fn same(open: &(u32, u8, Vec<u8>), seq: u32, tag: u8) -> Result<(), TrainError> {
+        if open.0 != seq {
+            return Err(TrainError::Interleaved {
+                open: open.0,
+                got: seq,
+            });
+        }
+        if open.1 != tag {
+            return Err(TrainError::TagChanged {
+                seq,
+                first: open.1,
+                got: tag,
+            });
+        }
+        Ok(())
+    }
+}
+
 /// The (offset, length) pieces of a `len`-byte rendezvous read, each at most `fragment` bytes.
 /// A zero-length message has no piece.
 pub fn fragments(len: u64, fragment: u64) -> impl Iterator<Item = (u64, u64)> {
@@ -217,6 +315,83 @@ mod tests {
             }
             prop_assert_eq!(out, (0..kinds.len() as u32).collect::<Vec<_>>());
             prop_assert_eq!(r.held(), 0);
+        }
+    }
+
+    #[test]
+    fn a_train_is_delivered_whole_with_its_last_piece() {
+        let mut a = TrainAssembly::default();
+        // A plain eager message: no train open.
+        assert_eq!(a.finish(1, 5, b"solo"), Ok(None));
+        a.fragment(2, 5, b"ab").unwrap();
+        a.fragment(2, 5, b"cd").unwrap();
+        assert!(a.is_open());
+        let whole = a.finish(2, 5, b"e").unwrap().unwrap();
+        assert_eq!(whole, b"abcde");
+        assert!(!a.is_open());
+        a.recycle(whole);
+        assert_eq!(a.finish(3, 5, b"x"), Ok(None));
+        a.fragment(4, 9, b"").unwrap();
+        assert_eq!(a.finish(4, 9, b"y").unwrap().unwrap(), b"y");
+    }
+
+    #[test]
+    fn malformed_trains_are_named() {
+        let mut a = TrainAssembly::default();
+        a.fragment(7, 1, b"a").unwrap();
+        assert_eq!(
+            a.fragment(8, 1, b"b"),
+            Err(TrainError::Interleaved { open: 7, got: 8 })
+        );
+        assert_eq!(
+            a.finish(6, 1, b"b"),
+            Err(TrainError::Interleaved { open: 7, got: 6 })
+        );
+        assert_eq!(
+            a.finish(7, 2, b"b"),
+            Err(TrainError::TagChanged {
+                seq: 7,
+                first: 1,
+                got: 2
+            })
+        );
+        let mut a = TrainAssembly::default();
+        let big = vec![0u8; MAX_TRAIN / 2];
+        a.fragment(1, 1, &big).unwrap();
+        a.fragment(1, 1, &big).unwrap();
+        assert_eq!(a.fragment(1, 1, b"z"), Err(TrainError::TooLong { seq: 1 }));
+        a.fragment(2, 1, &big).unwrap();
+        a.fragment(2, 1, &big).unwrap();
+        assert_eq!(a.finish(2, 1, b"z"), Err(TrainError::TooLong { seq: 2 }));
+    }
+
+    proptest! {
+        /// Pieces of any sizes come out as the one message they were cut from.
+        #[test]
+        fn trains_reassemble(msgs in proptest::collection::vec(
+            (proptest::collection::vec(any::<u8>(), 0..3000), 1usize..700), 1..12)) {
+            let mut a = TrainAssembly::default();
+            for (seq, (msg, piece)) in msgs.iter().enumerate() {
+                let seq = seq as u32;
+                let chunks: Vec<&[u8]> = msg.chunks(*piece).collect();
+                let Some((last, first)) = chunks.split_last() else {
+                    prop_assert_eq!(a.finish(seq, 3, &[]).unwrap(), None);
+                    continue;
+                };
+                for c in first {
+                    a.fragment(seq, 3, c).unwrap();
+                }
+                match a.finish(seq, 3, last).unwrap() {
+                    Some(whole) => {
+                        prop_assert!(!first.is_empty());
+                        prop_assert_eq!(&whole, msg);
+                        a.recycle(whole);
+                    }
+                    None => {
+                        prop_assert!(first.is_empty());
+                    }
+                }
+            }
         }
     }
 

@@ -50,7 +50,7 @@ pub use shared::SharedTransport;
 use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
 use dropped::DroppedQps;
-use flow::{fragments, Credits, Reorder};
+use flow::{fragments, Credits, Reorder, TrainAssembly};
 use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
 use openib_sys::{
@@ -64,7 +64,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wire::{Header, Kind, Rts, HDR, RTS_LEN};
+use wire::{train_piece, Header, Kind, Rts, HDR, RTS_LEN};
 
 /// Maps keyed by small integers (request ids, sequence numbers, QP numbers) on the hot path:
 /// a multiplicative hash instead of SipHash (the keys come from this process, not from peers).
@@ -272,6 +272,10 @@ pub struct TransportConfig {
     pub wireup: PingConfig,
     /// Largest eager payload in bytes (the header comes on top); 64..=65,535.
     pub eager_limit: usize,
+    /// Largest message [`Transport::send`] sends as a train of eager pieces (above the eager
+    /// limit; at most [`wire::MAX_TRAIN`]); larger ones, and every zero-copy send above the
+    /// eager limit, go by rendezvous.
+    pub train_limit: usize,
     /// Receive buffers posted per endpoint.
     pub recv_depth: u32,
     /// Send bounce slots per endpoint.
@@ -315,6 +319,7 @@ impl TransportConfig {
         Ok(TransportConfig {
             wireup,
             eager_limit: config::usize("OPENIB_EAGER_LIMIT")?,
+            train_limit: config::usize("OPENIB_EAGER_TRAIN_LIMIT")?.min(wire::MAX_TRAIN),
             recv_depth: config::u32("OPENIB_RECV_DEPTH")?,
             send_depth: config::u32("OPENIB_SEND_DEPTH")?,
             rndv_fragment: config::u64("OPENIB_RNDV_FRAGMENT")?,
@@ -508,6 +513,14 @@ enum Op {
         data: Vec<u8>,
         token: u64,
     },
+    /// The pieces of a train not posted yet: `data[off..]`.
+    Train {
+        tag: Tag,
+        seq: u32,
+        data: Vec<u8>,
+        off: usize,
+        token: u64,
+    },
     Rts {
         tag: Tag,
         seq: u32,
@@ -538,6 +551,7 @@ impl Op {
     fn token(&self) -> u64 {
         match self {
             Op::Eager { token, .. }
+            | Op::Train { token, .. }
             | Op::Rts { token, .. }
             | Op::Rdma { token, .. }
             | Op::Atomic { token, .. } => *token,
@@ -665,6 +679,8 @@ struct Endpoint {
     /// WRITTEN notices to send (sequences whose writes are all posted).
     written: VecDeque<u32>,
     reorder: Reorder<Ready>,
+    /// The train being received, if one is.
+    trains: TrainAssembly,
     /// Receive buffers (id, whether a control message used it) whose messages were handled
     /// and which wait to be posted again: at the start of the next progress call, so a
     /// reply the callback's caller sends goes first. Their credits return once posted.
@@ -702,6 +718,8 @@ pub struct SendBudget {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
 pub struct EndpointStats {
     pub eager_sent: u64,
+    /// Messages sent as trains of eager pieces (not counted in `eager_sent`).
+    pub trains_sent: u64,
     pub rndv_sent: u64,
     pub delivered: u64,
     pub credit_messages: u64,
@@ -729,6 +747,7 @@ impl Endpoint {
             to_write: VecDeque::new(),
             written: VecDeque::new(),
             reorder: Reorder::default(),
+            trains: TrainAssembly::default(),
             unposted: Vec::new(),
             stats: EndpointStats::default(),
             sq_budget,
@@ -765,6 +784,38 @@ impl Endpoint {
         self.post_msg(peer, slot_len, Kind::Eager, tag, seq, data, token)?;
         self.stats.eager_sent += 1;
         Ok(())
+    }
+
+    /// Posts the pieces of train `seq` from `data[*off..]` (`piece` bytes each, the last one
+    /// as `EAGER` with `token`) while a credit, a send slot and send-queue room allow; returns
+    /// whether the whole train is posted. The caller keeps it first in line until it is.
+    #[allow(clippy::too_many_arguments)]
+    fn post_train(
+        &mut self,
+        peer: u32,
+        (slot_len, piece): (usize, usize),
+        tag: Tag,
+        seq: u32,
+        data: &[u8],
+        off: &mut usize,
+        token: u64,
+    ) -> Result<bool, TransportError> {
+        while *off < data.len() {
+            if self.credits.data == 0 || self.free_send.is_empty() || !self.sq_room() {
+                self.stats.credit_stalls += u64::from(self.credits.data == 0);
+                return Ok(false);
+            }
+            let end = (*off + piece).min(data.len());
+            let (kind, token) = if end == data.len() {
+                (Kind::Eager, token)
+            } else {
+                (Kind::Frag, 0)
+            };
+            self.post_msg(peer, slot_len, kind, tag, seq, &data[*off..end], token)?;
+            *off = end;
+        }
+        self.stats.trains_sent += 1;
+        Ok(true)
     }
 
     /// Why an eager message cannot be posted at once (None: it can).
@@ -1304,6 +1355,27 @@ impl Transport {
                 tag,
                 seq: ep.take_seq(),
                 data,
+                token,
+            })?;
+        } else if data.len() <= self.cfg.train_limit {
+            let sizes = (
+                HDR + self.cfg.eager_limit,
+                train_piece(self.cfg.eager_limit),
+            );
+            let ep = self.endpoint(peer)?;
+            let seq = ep.take_seq();
+            let mut off = 0;
+            if ep.why_not_now().is_none()
+                && ep.post_train(peer, sizes, tag, seq, data, &mut off, token)?
+            {
+                return Ok(token);
+            }
+            let data = data[off..].to_vec();
+            self.enqueue(peer, |_| Op::Train {
+                tag,
+                seq,
+                data,
+                off: 0,
                 token,
             })?;
         } else {
@@ -2166,6 +2238,27 @@ impl Transport {
                     .map_err(|e| bad(e.to_string()))?;
                 deliver = true;
             }
+            Kind::Frag => {
+                ep.trains
+                    .fragment(h.seq, h.tag, payload)
+                    .map_err(|e| bad(e.to_string()))?;
+            }
+            Kind::Eager if ep.trains.is_open() => {
+                let data = ep
+                    .trains
+                    .finish(h.seq, h.tag, payload)
+                    .map_err(|e| bad(e.to_string()))?
+                    .expect("a train is open");
+                if ep.reorder.pass(h.seq) {
+                    ep.stats.delivered += 1;
+                    call(handlers, peer, h.tag, &data);
+                    ep.trains.recycle(data);
+                } else {
+                    ep.reorder
+                        .arrive(h.seq, Some(Ready::Eager { tag: h.tag, data }))
+                        .map_err(|e| bad(e.to_string()))?;
+                }
+            }
             Kind::Eager => {
                 if ep.reorder.pass(h.seq) {
                     // In order with nothing held: the callback reads the receive buffer itself,
@@ -2365,9 +2458,34 @@ impl Transport {
         }
         ep.post_notices(peer, slot_len, Kind::Written)?;
         // User operations in call order.
+        let sizes = (slot_len, train_piece(self.cfg.eager_limit));
         while let Some(op) = ep.pending.front() {
             if !ep.sq_room() {
                 break;
+            }
+            if matches!(op, Op::Train { .. }) {
+                let Some(Op::Train {
+                    tag,
+                    seq,
+                    data,
+                    mut off,
+                    token,
+                }) = ep.pending.pop_front()
+                else {
+                    unreachable!("matched above")
+                };
+                if !ep.post_train(peer, sizes, tag, seq, &data, &mut off, token)? {
+                    let rest = Op::Train {
+                        tag,
+                        seq,
+                        data,
+                        off,
+                        token,
+                    };
+                    ep.pending.push_front(rest);
+                    break;
+                }
+                continue;
             }
             let needs_msg = matches!(op, Op::Eager { .. } | Op::Rts { .. });
             if needs_msg && (ep.credits.data == 0 || ep.free_send.is_empty()) {
@@ -2384,6 +2502,7 @@ impl Transport {
                     ep.post_msg(peer, slot_len, Kind::Eager, tag, seq, &data, token)?;
                     ep.stats.eager_sent += 1;
                 }
+                Op::Train { .. } => unreachable!("trains are posted above"),
                 Op::Rts {
                     tag,
                     seq,
@@ -2469,7 +2588,8 @@ impl Transport {
         }
         // Return credits with a control message when they pile up and nothing else carries them.
         let carrier = ep.pending.front().is_some_and(|op| {
-            matches!(op, Op::Eager { .. } | Op::Rts { .. }) && ep.credits.data > 0
+            matches!(op, Op::Eager { .. } | Op::Train { .. } | Op::Rts { .. })
+                && ep.credits.data > 0
         });
         if !carrier
             && ep.credits.credit_message_due()

@@ -9,18 +9,26 @@
 //! +------+------+------+------+------+------+------+------+------+------+------+------+
 //! ```
 //!
-//! - `tag`: the user's tag (1..=255) for `EAGER` and `RTS`, 0 otherwise.
+//! - `tag`: the user's tag (1..=255) for `EAGER`, `FRAG` and `RTS`, 0 otherwise.
 //! - `kind`: [`Kind`]. A kind never changes meaning; new kinds get new numbers.
 //! - `credits`, `ctl`: receive buffers (data, control) the sender reposted since its last
 //!   message: the receiver of this header may send that many more.
 //! - `length`: payload bytes after the header (at most the eager limit, itself <= 65,535).
-//! - `sequence`: per-endpoint message number of `EAGER` and `RTS` messages (delivery order);
+//! - `sequence`: per-endpoint message number of `EAGER`, `FRAG` and `RTS` messages (delivery
+//!   order; the pieces of one train share their message's number);
 //!   `FIN`, `CTS` and `WRITTEN` name the sequence of the rendezvous they belong to; 0 in
 //!   `CREDIT`.
 //!
 //! `RTS` payload (28 bytes): source address u64, rkey u32, length u64, reserved u64.
 //! `CTS` payload: the same layout, naming the receiver's landing region.
 //! `FIN`, `WRITTEN` and `CREDIT` have no payload.
+//!
+//! A message above the eager limit and up to the sender's train limit goes as a **train**: one
+//! or more `FRAG` pieces, then the last piece as an `EAGER`, all with the message's tag and
+//! sequence, posted back to back (only `CREDIT`, `FIN`, `CTS` and `WRITTEN` can come between
+//! them). The receiver appends the pieces and delivers the message with its last piece; it
+//! accepts trains of up to [`MAX_TRAIN`] bytes whatever its own settings. No handshake: on a
+//! fabric where a message costs more than copying its bytes, this beats the rendezvous below.
 //!
 //! A rendezvous is taken by its receiver in one of two ways, the receiver's choice:
 //!
@@ -35,6 +43,21 @@ use thiserror::Error;
 
 /// Header bytes of every message.
 pub const HDR: usize = 12;
+
+/// Largest message a receiver assembles from a train (the largest train limit a sender may set).
+pub const MAX_TRAIN: usize = 1 << 20;
+
+/// Payload bytes of each piece but the last of a train, for slots of `HDR + eager_limit`
+/// bytes: the largest whose message (header included) is a whole number of 4 KiB, so every
+/// full piece fills whole packets at any IB MTU; the eager limit itself below 4 KiB.
+pub fn train_piece(eager_limit: usize) -> usize {
+    let whole = (HDR + eager_limit) / 4096 * 4096;
+    if whole == 0 {
+        eager_limit
+    } else {
+        whole - HDR
+    }
+}
 
 mod field {
     use std::ops::Range;
@@ -69,6 +92,9 @@ pub enum Kind {
     Cts = 4,
     /// The sender's writes of rendezvous `sequence` are in place.
     Written = 5,
+    /// A piece of a train other than the last: bytes of eager message `sequence`, followed by
+    /// its next piece (the last one comes as `Eager`).
+    Frag = 6,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -117,6 +143,7 @@ impl Header {
             3 => Kind::Fin,
             4 => Kind::Cts,
             5 => Kind::Written,
+            6 => Kind::Frag,
             k => return Err(WireError::UnknownKind(k)),
         };
         let h = Header {
@@ -135,7 +162,7 @@ impl Header {
             });
         }
         let want = match kind {
-            Kind::Eager => payload.len(),
+            Kind::Eager | Kind::Frag => payload.len(),
             Kind::Rts | Kind::Cts => RTS_LEN,
             Kind::Credit | Kind::Fin | Kind::Written => 0,
         };
@@ -241,6 +268,7 @@ mod tests {
             (Kind::Fin, 3, 0),
             (Kind::Cts, 4, RTS_LEN),
             (Kind::Written, 5, 0),
+            (Kind::Frag, 6, 0),
         ] {
             let mut b = vec![0u8; HDR + len];
             Header {
@@ -263,6 +291,22 @@ mod tests {
                     "{kind:?} without its payload"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn train_pieces_fill_whole_packets() {
+        // 8,192: pieces of 8,180 bytes, 8,192 with the header (8 packets of 1 KiB, 2 of 4 KiB).
+        assert_eq!(train_piece(8192), 8180);
+        assert_eq!(train_piece(65_535), 65_524);
+        assert_eq!((HDR + train_piece(65_535)) % 4096, 0);
+        // Below a 4 KiB message: the whole slot.
+        assert_eq!(train_piece(4083), 4083);
+        assert_eq!(train_piece(4084), 4084);
+        assert_eq!(train_piece(64), 64);
+        for limit in [64, 1000, 4095, 4096, 8191, 8192, 20_000, 65_535] {
+            let piece = train_piece(limit);
+            assert!(piece > 0 && piece <= limit, "{limit}: {piece}");
         }
     }
 

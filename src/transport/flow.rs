@@ -99,11 +99,7 @@ impl<T> Reorder<T> {
     /// Message `seq` arrived: complete (`Some`) or waiting for its data (`None`).
     /// Arrivals must come in sequence order (one RC queue pair keeps it).
     pub fn arrive(&mut self, seq: u32, item: Option<T>) -> Result<(), ReorderError> {
-        let expect = self
-            .slots
-            .last_key_value()
-            .map(|(k, _)| k.wrapping_add(1))
-            .unwrap_or(self.next);
+        let expect = self.next_arrival();
         if seq != expect {
             return Err(ReorderError::Duplicate {
                 got: seq,
@@ -112,6 +108,14 @@ impl<T> Reorder<T> {
         }
         self.slots.insert(seq, item);
         Ok(())
+    }
+
+    /// The sequence number the next message to arrive must carry.
+    pub fn next_arrival(&self) -> u32 {
+        self.slots
+            .last_key_value()
+            .map(|(k, _)| k.wrapping_add(1))
+            .unwrap_or(self.next)
     }
 
     /// Fast path: delivers complete message `seq` at once, without holding it, when nothing is

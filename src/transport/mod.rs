@@ -64,7 +64,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wire::{train_piece, Header, Kind, Rts, HDR, RTS_LEN};
+use wire::{train_piece, Header, ImmHeader, Kind, Rts, HDR, RTS_LEN};
 
 /// Maps keyed by small integers (request ids, sequence numbers, QP numbers) on the hot path:
 /// a multiplicative hash instead of SipHash (the keys come from this process, not from peers).
@@ -867,27 +867,41 @@ impl Endpoint {
         token: u64,
     ) -> Result<(), TransportError> {
         let slot = self.free_send.pop().expect("caller checked a free slot");
+        // An eager message carries its header in the immediate data when the returns fit.
+        let imm = match kind {
+            Kind::Eager if !payload.is_empty() => {
+                ImmHeader::fitting(tag, self.credits.to_return, self.credits.ctl_to_return, seq)
+            }
+            _ => None,
+        };
         let (credits, ctl) = self.credits.take_returns();
         let mr = self.send_mr.as_mut().expect("connected");
         let b = &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR + payload.len()];
-        Header {
-            tag,
-            kind,
-            credits,
-            ctl,
-            length: payload.len() as u16,
-            seq,
-        }
-        .write(b);
         copy_in_pieces(&mut b[HDR..], payload);
-        let sge = mr.sge(slot * slot_len, HDR + payload.len())?;
+        let (op, start) = match imm {
+            Some(h) => (SendOp::SendWithImm { imm: h.encode() }, HDR),
+            None => {
+                Header {
+                    tag,
+                    kind,
+                    credits,
+                    ctl,
+                    length: payload.len() as u16,
+                    seq,
+                }
+                .write(b);
+                (SendOp::Send, 0)
+            }
+        };
+        let len = HDR + payload.len() - start;
+        let sge = mr.sge(slot * slot_len + start, len)?;
         let id = self.id();
         self.conn.as_ref().expect("connected").qp.post_send_sge(
             wr(peer, KIND_SQ, id),
-            SendOp::Send,
+            op,
             &sge,
             true,
-            HDR + payload.len() <= self.inline_max,
+            len <= self.inline_max,
         )?;
         if kind == Kind::Credit {
             self.credits.ctl -= 1;
@@ -1798,7 +1812,9 @@ impl Transport {
                 continue;
             }
             let r = match kind {
-                KIND_RECV | KIND_SRQ => self.on_recv(peer, kind, id, wc.byte_len as usize),
+                KIND_RECV | KIND_SRQ => {
+                    self.on_recv(peer, kind, id, wc.byte_len as usize, wc.imm())
+                }
                 KIND_SQ => self.on_send_done(peer, id),
                 _ => Ok(()),
             };
@@ -1902,7 +1918,7 @@ impl Transport {
             for wc in early {
                 let (_, kind, id) = unwr(wc.wr_id);
                 let r = if wc.is_success() {
-                    self.on_recv(peer, kind, id, wc.byte_len as usize)
+                    self.on_recv(peer, kind, id, wc.byte_len as usize, wc.imm())
                 } else {
                     if kind == KIND_SRQ {
                         self.srq.as_mut().expect("SRQ buffer").repost(id)?;
@@ -2154,7 +2170,14 @@ impl Transport {
     /// Handles a received message in buffer `id` (a slot of the endpoint's own buffers, or of
     /// the shared receive queue with `kind` [`KIND_SRQ`]), then reposts the buffer and counts
     /// the credit it returns. A buffer of the SRQ is reposted whatever became of its sender.
-    fn on_recv(&mut self, peer: u32, kind: u64, id: u32, len: usize) -> Result<(), TransportError> {
+    fn on_recv(
+        &mut self,
+        peer: u32,
+        kind: u64,
+        id: u32,
+        len: usize,
+        imm: Option<u32>,
+    ) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
         let rndv_write = self.cfg.rndv_write;
         // A rendezvous completed by this message is delivered once its buffer is reposted.
@@ -2190,7 +2213,29 @@ impl Transport {
             (mr, id as usize * slot_len)
         };
         let b = &mr.as_slice()[off..off + len.min(slot_len)];
-        let (h, payload) = Header::parse(b).map_err(|e| bad(format!("malformed message: {e}")))?;
+        let (h, payload) = match imm {
+            // The header in the immediate data: an eager message, the next one due.
+            Some(imm) => {
+                let i = ImmHeader::decode(imm);
+                let seq = ep.reorder.next_arrival();
+                if i.seq_low != seq as u8 {
+                    return Err(bad(format!(
+                        "malformed message: sequence ending in {:#04x} where {seq} is due",
+                        i.seq_low
+                    )));
+                }
+                let h = Header {
+                    tag: i.tag,
+                    kind: Kind::Eager,
+                    credits: i.credits,
+                    ctl: i.ctl,
+                    length: b.len() as u16,
+                    seq,
+                };
+                (h, b)
+            }
+            None => Header::parse(b).map_err(|e| bad(format!("malformed message: {e}")))?,
+        };
         ep.credits.on_returns(h.credits, h.ctl);
         match h.kind {
             Kind::Credit => {}

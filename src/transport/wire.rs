@@ -30,6 +30,22 @@
 //! accepts trains of up to [`MAX_TRAIN`] bytes whatever its own settings. No handshake: on a
 //! fabric where a message costs more than copying its bytes, this beats the rendezvous below.
 //!
+//! An `EAGER` message may instead carry its header in the 32-bit immediate data of a send with
+//! immediate ([`ImmHeader`]): the message is then its payload alone, so a payload of a whole
+//! number of packets (1, 2, 4 KiB...) does not spill 12 bytes into one packet more. The receiver
+//! tells the two apart by the completion's immediate flag and takes the sequence number as the
+//! next one due (RC delivers in order), checking its low byte:
+//!
+//! ```text
+//!  31          24 23                      12 11       8 7            0
+//! +--------------+--------------------------+----------+--------------+
+//! | tag          | credits (0..=4095)       | ctl      | sequence & ff|
+//! +--------------+--------------------------+----------+--------------+
+//! ```
+//!
+//! A sender uses it when the returns fit (credits <= 4,095, ctl <= 15) and the payload is not
+//! empty; otherwise the 12-byte header.
+//!
 //! A rendezvous is taken by its receiver in one of two ways, the receiver's choice:
 //!
 //! ```text
@@ -43,6 +59,52 @@ use thiserror::Error;
 
 /// Header bytes of every message.
 pub const HDR: usize = 12;
+
+/// The header of an `EAGER` message carried in the immediate data (drawn above).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ImmHeader {
+    pub tag: u8,
+    /// Data credits returned, at most [`ImmHeader::MAX_CREDITS`].
+    pub credits: u16,
+    /// Control credits returned, at most [`ImmHeader::MAX_CTL`].
+    pub ctl: u8,
+    /// The low byte of the message's sequence number (a check: the receiver knows the rest).
+    pub seq_low: u8,
+}
+
+impl ImmHeader {
+    pub const MAX_CREDITS: u16 = 0xfff;
+    pub const MAX_CTL: u8 = 0xf;
+
+    /// The header, if its returns fit the immediate's fields.
+    pub fn fitting(tag: u8, credits: u32, ctl: u32, seq: u32) -> Option<ImmHeader> {
+        (credits <= Self::MAX_CREDITS as u32 && ctl <= Self::MAX_CTL as u32).then_some(ImmHeader {
+            tag,
+            credits: credits as u16,
+            ctl: ctl as u8,
+            seq_low: seq as u8,
+        })
+    }
+
+    pub fn encode(&self) -> u32 {
+        debug_assert!(self.credits <= Self::MAX_CREDITS && self.ctl <= Self::MAX_CTL);
+        (self.tag as u32) << 24
+            | (self.credits as u32 & 0xfff) << 12
+            | (self.ctl as u32 & 0xf) << 8
+            | self.seq_low as u32
+    }
+
+    /// Every 32-bit value is a header: nothing here can be malformed (the sequence check is
+    /// the receiver's, against the number it expects).
+    pub fn decode(imm: u32) -> ImmHeader {
+        ImmHeader {
+            tag: (imm >> 24) as u8,
+            credits: ((imm >> 12) & 0xfff) as u16,
+            ctl: ((imm >> 8) & 0xf) as u8,
+            seq_low: imm as u8,
+        }
+    }
+}
 
 /// Largest message a receiver assembles from a train (the largest train limit a sender may set).
 pub const MAX_TRAIN: usize = 1 << 20;
@@ -307,6 +369,24 @@ mod tests {
         for limit in [64, 1000, 4095, 4096, 8191, 8192, 20_000, 65_535] {
             let piece = train_piece(limit);
             assert!(piece > 0 && piece <= limit, "{limit}: {piece}");
+        }
+    }
+
+    #[test]
+    fn immediate_header_vector() {
+        let h = ImmHeader::fitting(0xab, 0x123, 0x4, 0x1234_56cd).unwrap();
+        assert_eq!(h.encode(), 0xab12_34cd);
+        assert_eq!(ImmHeader::decode(0xab12_34cd), h);
+        assert_eq!(ImmHeader::fitting(1, 4096, 0, 0), None);
+        assert_eq!(ImmHeader::fitting(1, 0, 16, 0), None);
+        let max = ImmHeader::fitting(255, 4095, 15, 255).unwrap();
+        assert_eq!(max.encode(), u32::MAX);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn immediate_headers_round_trip(imm in proptest::prelude::any::<u32>()) {
+            proptest::prop_assert_eq!(ImmHeader::decode(imm).encode(), imm);
         }
     }
 

@@ -57,13 +57,19 @@ impl WorkCompletion {
     pub fn is_success(&self) -> bool {
         self.status == v::IBV_WC_SUCCESS
     }
-    /// The libibverbs text for the status ("success", "transport retry counter exceeded", ...).
     /// Whether this request was flushed because its QP was already in error (the error that
     /// caused it is reported by another completion).
     pub fn is_flush(&self) -> bool {
         self.status == v::IBV_WC_WR_FLUSH_ERR
     }
 
+    /// The immediate data (host order) of a received send or write with immediate; `None`
+    /// when the request carried none.
+    pub fn imm(&self) -> Option<u32> {
+        (self.wc_flags & v::IBV_WC_WITH_IMM != 0).then_some(self.imm_data)
+    }
+
+    /// The libibverbs text for the status ("success", "transport retry counter exceeded", ...).
     pub fn status_str(&self) -> String {
         match verbs() {
             // SAFETY: ibv_wc_status_str returns a static string for any value.

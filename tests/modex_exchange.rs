@@ -302,3 +302,59 @@ fn a_peer_that_never_arrives_fails_the_fence_naming_it() {
         );
     }
 }
+
+/// `openib run --bind-to core` binds each rank to a CPU of its own when the ranks fit, and not
+/// otherwise; `--bind-to none` and the default leave the launcher's CPUs.
+#[test]
+fn openib_run_binds_ranks_to_cpus_when_they_fit() {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let allowed = |args: &[&str], np: usize| -> Vec<String> {
+        let np_s = np.to_string();
+        let mut all = vec!["run", "-n", &np_s, "--timeout", "30"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&[
+            "--",
+            "sh",
+            "-c",
+            "echo $OPENIB_RT_RANK $(grep Cpus_allowed_list /proc/self/status | cut -f2)",
+        ]);
+        let o = run(Command::new(bin()).args(&all));
+        let mut lines: Vec<String> = String::from_utf8_lossy(&o.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect();
+        lines.sort();
+        assert_eq!(lines.len(), np, "{lines:?}");
+        lines
+    };
+    let own = String::from_utf8_lossy(&std::fs::read("/proc/self/status").unwrap())
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("Cpus_allowed_list:")
+                .map(|v| v.trim().to_string())
+        })
+        .unwrap();
+    // Two ranks when there are two CPUs or more: each alone on its own CPU.
+    if cpus >= 2 {
+        let bound = allowed(&["--bind-to", "core"], 2);
+        let (a, b) = (&bound[0], &bound[1]);
+        let cpu = |l: &str| l.split_whitespace().nth(1).unwrap().to_string();
+        assert!(
+            cpu(a).parse::<usize>().is_ok(),
+            "rank 0 not bound to one CPU: {a}"
+        );
+        assert!(
+            cpu(b).parse::<usize>().is_ok(),
+            "rank 1 not bound to one CPU: {b}"
+        );
+        assert_ne!(cpu(a), cpu(b), "{bound:?}");
+    }
+    // More ranks than CPUs, or --bind-to none: every rank keeps the launcher's CPUs.
+    for line in allowed(&["--bind-to", "core"], cpus + 1)
+        .iter()
+        .chain(allowed(&["--bind-to", "none"], 2).iter())
+        .chain(allowed(&[], 2).iter())
+    {
+        assert_eq!(line.split_whitespace().nth(1), Some(own.as_str()), "{line}");
+    }
+}

@@ -22,12 +22,34 @@ pub struct RunArgs {
     /// 1:OPENIB_IF_INCLUDE=mlx5_0:2 for a per-process port choice.
     #[arg(long = "rank-env", value_name = "RANK:NAME=VALUE")]
     pub rank_env: Vec<String>,
+    /// Binding of the ranks to CPUs. `none` (default): the kernel places them. `core`: when -n
+    /// is at most the CPUs this launcher may use, each rank runs only on one of them (the last
+    /// N, rank order), so busy-polling ranks are never placed on one CPU; with more ranks than
+    /// CPUs nothing is bound.
+    #[arg(long = "bind-to", value_enum, default_value_t = BindTo::None, value_name = "WHAT")]
+    pub bind_to: BindTo,
     /// Kill the job after this many seconds.
     #[arg(long, value_name = "SECONDS")]
     pub timeout: Option<f64>,
     /// The program and its arguments.
     #[arg(required = true, value_name = "PROGRAM")]
     pub program: Vec<String>,
+}
+
+/// `openib run --bind-to`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BindTo {
+    Core,
+    None,
+}
+
+/// The CPU of each rank under `bind`: the last `np` of `allowed`, so that a job smaller than
+/// the machine leaves the first CPUs (where the system's housekeeping and interrupts tend to
+/// run) to others; `None` when nothing is bound (not asked, more ranks than `allowed` CPUs,
+/// or no CPU known).
+fn rank_cpus(bind: BindTo, np: u32, allowed: &[usize]) -> Option<Vec<usize>> {
+    (bind == BindTo::Core && !allowed.is_empty() && np as usize <= allowed.len())
+        .then(|| allowed[allowed.len() - np as usize..].to_vec())
 }
 
 /// Parses `RANK:NAME=VALUE`.
@@ -109,6 +131,20 @@ pub fn run(a: &RunArgs) -> i32 {
             return exit::ERROR;
         }
     };
+    let allowed = openib_sys::affinity::allowed_cpus().unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot read this process's CPUs: the ranks are not bound");
+        Vec::new()
+    });
+    let cpus = rank_cpus(a.bind_to, a.np, &allowed);
+    match &cpus {
+        Some(c) => tracing::info!(cpus = ?c, "rank R runs on the R-th of these CPUs"),
+        None if a.bind_to == BindTo::Core => tracing::info!(
+            ranks = a.np,
+            cpus = allowed.len(),
+            "more ranks than CPUs: not binding"
+        ),
+        None => {}
+    }
     let mut children: Vec<(u32, Child)> = Vec::new();
     for rank in 0..a.np {
         let mut cmd = Command::new(&a.program[0]);
@@ -134,7 +170,11 @@ pub fn run(a: &RunArgs) -> i32 {
                 cmd.env(k, v);
             }
         }
-        match cmd.spawn() {
+        let bound = match &cpus {
+            Some(c) => openib_sys::affinity::bind_command(&mut cmd, c[rank as usize]),
+            None => Ok(()),
+        };
+        match bound.and_then(|()| cmd.spawn()) {
             Ok(c) => children.push((rank, c)),
             Err(e) => {
                 eprintln!(
@@ -267,7 +307,17 @@ fn describe(st: &std::process::ExitStatus) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_rank_env;
+    use super::{parse_rank_env, rank_cpus, BindTo};
+
+    #[test]
+    fn ranks_are_bound_one_per_cpu_when_they_fit() {
+        assert_eq!(rank_cpus(BindTo::Core, 2, &[0, 1, 2, 3]), Some(vec![2, 3]));
+        assert_eq!(rank_cpus(BindTo::Core, 2, &[0, 1]), Some(vec![0, 1]));
+        assert_eq!(rank_cpus(BindTo::Core, 2, &[4, 6]), Some(vec![4, 6]));
+        assert_eq!(rank_cpus(BindTo::Core, 3, &[0, 1]), None);
+        assert_eq!(rank_cpus(BindTo::Core, 1, &[]), None);
+        assert_eq!(rank_cpus(BindTo::None, 2, &[0, 1, 2]), None);
+    }
 
     #[test]
     fn rank_env_parses_and_checks_the_rank() {

@@ -15,6 +15,7 @@
 
 pub mod ffi;
 
+pub mod affinity;
 mod ah;
 mod async_event;
 mod channel;

@@ -158,8 +158,9 @@ impl<T> Reorder<T> {
 }
 
 /// A train's assembly buffer kept for the next train up to this capacity (larger ones are
-/// freed: an endpoint does not keep a megabyte per peer for one large message).
-const KEEP_TRAIN_BUFFER: usize = 64 << 10;
+/// freed: an endpoint does not keep a megabyte per peer for one large message). A 64 KiB
+/// train, the default limit, grows its buffer by doubling to just under 128 KiB.
+const KEEP_TRAIN_BUFFER: usize = 256 << 10;
 
 /// Reassembly of the trains arriving on one endpoint (see [`super::wire`]): the pieces of a
 /// message above the eager limit, `FRAG`s then a last `EAGER`, with the message's tag and
@@ -335,6 +336,18 @@ mod tests {
         assert!(!a.is_open());
         a.recycle(whole);
         assert_eq!(a.finish(3, 5, b"x"), Ok(None));
+        // A 64 KiB train in default pieces: its buffer is kept for the next one.
+        let piece = vec![7u8; super::super::wire::train_piece(8192)];
+        for _ in 0..8 {
+            a.fragment(9, 1, &piece).unwrap();
+        }
+        let whole = a.finish(9, 1, &[7u8; 96]).unwrap().unwrap();
+        assert_eq!(whole.len(), 65_536);
+        let kept = whole.as_ptr();
+        a.recycle(whole);
+        a.fragment(10, 1, b"next").unwrap();
+        let next = a.finish(10, 1, b"!").unwrap().unwrap();
+        assert_eq!(next.as_ptr(), kept);
         a.fragment(4, 9, b"").unwrap();
         assert_eq!(a.finish(4, 9, b"y").unwrap().unwrap(), b"y");
     }

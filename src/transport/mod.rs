@@ -2508,31 +2508,7 @@ impl Transport {
             if !ep.sq_room() {
                 break;
             }
-            if matches!(op, Op::Train { .. }) {
-                let Some(Op::Train {
-                    tag,
-                    seq,
-                    data,
-                    mut off,
-                    token,
-                }) = ep.pending.pop_front()
-                else {
-                    unreachable!("matched above")
-                };
-                if !ep.post_train(peer, sizes, tag, seq, &data, &mut off, token)? {
-                    let rest = Op::Train {
-                        tag,
-                        seq,
-                        data,
-                        off,
-                        token,
-                    };
-                    ep.pending.push_front(rest);
-                    break;
-                }
-                continue;
-            }
-            let needs_msg = matches!(op, Op::Eager { .. } | Op::Rts { .. });
+            let needs_msg = matches!(op, Op::Eager { .. } | Op::Train { .. } | Op::Rts { .. });
             if needs_msg && (ep.credits.data == 0 || ep.free_send.is_empty()) {
                 ep.stats.credit_stalls += u64::from(ep.credits.data == 0);
                 break;
@@ -2547,7 +2523,25 @@ impl Transport {
                     ep.post_msg(peer, slot_len, Kind::Eager, tag, seq, &data, token)?;
                     ep.stats.eager_sent += 1;
                 }
-                Op::Train { .. } => unreachable!("trains are posted above"),
+                Op::Train {
+                    tag,
+                    seq,
+                    data,
+                    mut off,
+                    token,
+                } => {
+                    // Posted piece by piece; the rest stays first in line.
+                    if !ep.post_train(peer, sizes, tag, seq, &data, &mut off, token)? {
+                        ep.pending.push_front(Op::Train {
+                            tag,
+                            seq,
+                            data,
+                            off,
+                            token,
+                        });
+                        break;
+                    }
+                }
                 Op::Rts {
                     tag,
                     seq,

@@ -579,9 +579,16 @@ pub static SETTINGS: &[Setting] = &[
     Setting::new(
         "OPENIB_RNDV_PROTOCOL",
         C::Transport,
-        Kind::Enum(&["write", "read"]),
-        Some("write"),
-        "how a receiver takes rendezvous messages: write (it names its landing buffer, the sender RDMA-writes into it) or read (it RDMA-reads the sender's buffer); processes of a job may differ",
+        Kind::Enum(&["auto", "write", "read", "split"]),
+        Some("auto"),
+        "how a receiver takes rendezvous messages: auto (split on software RDMA, rxe and siw; write on hardware), write (it names its landing buffer, the sender RDMA-writes into it), read (it RDMA-reads the sender's buffer) or split (the sender writes the first OPENIB_RNDV_SPLIT percent while the receiver reads the rest: on software RDMA both CPUs move bytes); processes of a job may differ",
+    ),
+    Setting::new(
+        "OPENIB_RNDV_SPLIT",
+        C::Transport,
+        Kind::Int { min: 1, max: 99 },
+        Some("50"),
+        "with OPENIB_RNDV_PROTOCOL=split: percent of a rendezvous message the sender writes (rounded down to whole 4 KiB pages); the receiver reads the rest",
     ),
     Setting::new(
         "OPENIB_PINNED_MAX",

@@ -25,8 +25,8 @@ pub fn check_transport_msg(b: &[u8]) -> bool {
     again[HDR..].copy_from_slice(payload);
     let mut canonical = b.to_vec();
     canonical[5] = 0; // reserved: ignored by the parser, written as zero
-    if matches!(h.kind, Kind::Rts | Kind::Cts) {
-        let r = Rts::parse(payload).expect("an accepted RTS/CTS has a region");
+    if matches!(h.kind, Kind::Rts | Kind::Cts | Kind::CtsHead) {
+        let r = Rts::parse(payload).expect("an accepted RTS/CTS/CTS_HEAD has a region");
         let mut p = [0u8; RTS_LEN];
         r.write(&mut p);
         assert_eq!(Rts::parse(&p), Ok(r), "region round trip");
@@ -83,6 +83,7 @@ pub fn transport_seeds() -> Vec<Vec<u8>> {
         (Kind::Cts, 0, &r[..]),
         (Kind::Written, 0, &[][..]),
         (Kind::Frag, 7, &b"a piece"[..]),
+        (Kind::CtsHead, 0, &r[..]),
     ]
     .into_iter()
     .enumerate()

@@ -480,6 +480,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 "{}",
                 serde_json::to_string_pretty(
                     &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
+                        "rndv_protocol": t.config().rndv.to_string(),
                         "srq": t.uses_srq(), "send_budget": t.send_budget(),
                         "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
                         "shared_registrations": t.shared_reg_stats()})
@@ -488,8 +489,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             );
         } else {
             println!(
-                "openib bench: 2 ranks, wire-up {:.0} us, eager limit {eager} B, {}",
+                "openib bench: 2 ranks, wire-up {:.0} us, eager limit {eager} B, rendezvous {}, {}",
                 wireup_us,
+                t.config().rndv,
                 if t.uses_srq() {
                     "shared receive queue"
                 } else {

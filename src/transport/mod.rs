@@ -14,7 +14,10 @@
 //!   (the default): the receiver answers `CTS` naming that buffer, the sender RDMA-writes the
 //!   payload and sends `WRITTEN`. Read protocol (`OPENIB_RNDV_PROTOCOL=read`): the receiver
 //!   RDMA-reads the payload in fragments of at most `OPENIB_RNDV_FRAGMENT` bytes and answers
-//!   `FIN`, which releases the source. Wire format: [`wire`].
+//!   `FIN`, which releases the source. Split protocol (`OPENIB_RNDV_PROTOCOL=split`): the
+//!   receiver answers `CTS_HEAD` for the first `OPENIB_RNDV_SPLIT` percent, which the sender
+//!   writes, and reads the rest at the same time (on software RDMA each side's CPU then moves
+//!   its share). Wire format: [`wire`].
 //!
 //! # Flow control
 //! Each endpoint posts `recv_depth` receive buffers, [`CTL_RESERVE`] of them for credit-only
@@ -297,9 +300,76 @@ pub struct TransportConfig {
     /// Idle progress calls in a row after which a waiting loop sleeps on the completion
     /// channel instead of polling; 0: never sleep.
     pub wait_polls: u32,
-    /// How this process takes incoming rendezvous messages: `true` sends a CTS and lets the
-    /// sender RDMA-write, `false` RDMA-reads the source (see [`wire`]).
-    pub rndv_write: bool,
+    /// How this process takes incoming rendezvous messages (see [`wire`]).
+    pub rndv: RndvProtocol,
+}
+
+/// How a receiver takes an incoming rendezvous (`OPENIB_RNDV_PROTOCOL`): its choice alone, so
+/// the processes of a job may differ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RndvProtocol {
+    /// The default: `Split` on a software RDMA device ([`is_software_rdma`]), `Write` on
+    /// hardware. [`Transport::open`] resolves it for its port.
+    Auto { write_percent: u8 },
+    /// A `CTS` names the landing buffer; the sender RDMA-writes every byte.
+    Write,
+    /// The receiver RDMA-reads every byte, then sends `FIN`.
+    Read,
+    /// The sender writes the first `write_percent` of the message (after a `CTS_HEAD`) while
+    /// the receiver reads the rest.
+    Split { write_percent: u8 },
+}
+
+impl std::fmt::Display for RndvProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RndvProtocol::Auto { write_percent } => write!(f, "auto ({write_percent}% split)"),
+            RndvProtocol::Write => f.write_str("write"),
+            RndvProtocol::Read => f.write_str("read"),
+            RndvProtocol::Split { write_percent } => write!(f, "split ({write_percent}% written)"),
+        }
+    }
+}
+
+/// Whether a device with this verbs `vendor_id` is RDMA in software, where the CPU that drives
+/// an RDMA operation moves its bytes: rxe (soft-RoCE, 0xffffff) and siw (soft-iWARP,
+/// 0x626d74, "bmt").
+pub fn is_software_rdma(vendor_id: u32) -> bool {
+    matches!(vendor_id, 0x00ff_ffff | 0x0062_6d74)
+}
+
+impl RndvProtocol {
+    /// The protocol on a device with this verbs `vendor_id`: `Auto` decided, the others as
+    /// they are.
+    pub fn resolve(self, vendor_id: u32) -> RndvProtocol {
+        match self {
+            RndvProtocol::Auto { write_percent } if is_software_rdma(vendor_id) => {
+                RndvProtocol::Split { write_percent }
+            }
+            RndvProtocol::Auto { .. } => RndvProtocol::Write,
+            p => p,
+        }
+    }
+
+    /// Bytes at the start of a `len`-byte message that the sender writes (the receiver reads
+    /// the rest): `len` for `Write`, 0 for `Read`; for `Split` its share rounded down to whole
+    /// 4 KiB pages, and a share that rounds to nothing or everything makes it a plain read or
+    /// write.
+    pub fn head(&self, len: u64) -> u64 {
+        match *self {
+            // Unresolved (a transport resolves it at open): as on hardware.
+            RndvProtocol::Auto { .. } | RndvProtocol::Write => len,
+            RndvProtocol::Read => 0,
+            RndvProtocol::Split { write_percent } => {
+                let head = (len as u128 * write_percent as u128 / 100) as u64 & !4095;
+                if head >= len {
+                    len
+                } else {
+                    head
+                }
+            }
+        }
+    }
 }
 
 /// `OPENIB_SRQ`: every process of a job must decide the same way, because a sender starts
@@ -334,7 +404,15 @@ impl TransportConfig {
             srq_credits: config::u32("OPENIB_SRQ_CREDITS")?,
             srq_reserve: config::u32("OPENIB_SRQ_RESERVE")?,
             wait_polls: config::u32("OPENIB_WAIT_POLLS")?,
-            rndv_write: config::choice("OPENIB_RNDV_PROTOCOL")? != Some("read"),
+            rndv: {
+                let write_percent = config::u32("OPENIB_RNDV_SPLIT")? as u8;
+                match config::choice("OPENIB_RNDV_PROTOCOL")? {
+                    Some("read") => RndvProtocol::Read,
+                    Some("write") => RndvProtocol::Write,
+                    Some("split") => RndvProtocol::Split { write_percent },
+                    _ => RndvProtocol::Auto { write_percent },
+                }
+            },
         })
     }
 
@@ -617,14 +695,24 @@ struct Incoming {
     tag: Tag,
     rts: Rts,
     buf: Option<MemoryRegion>,
-    /// Next offset to read.
+    /// Leading bytes the sender writes (after our `CTS`, or `CTS_HEAD` when fewer than all);
+    /// we read the rest and send a `FIN` if there is any. See [`RndvProtocol::head`].
+    head: u64,
+    /// Next offset to read (from `head`).
     next: u64,
     /// Fragments posted and not completed.
     reading: u32,
-    /// Taken by the write protocol: a CTS goes back and the sender writes (no FIN).
-    write: bool,
-    /// Write protocol: the CTS was posted (a WRITTEN before it is a protocol error).
+    /// The CTS or CTS_HEAD was posted (a WRITTEN before it is a protocol error).
     cts_sent: bool,
+    /// The sender's WRITTEN arrived: the head is in place.
+    written: bool,
+}
+
+impl Incoming {
+    /// Every byte is in our buffer: the head written (if any), every read completed.
+    fn complete(&self) -> bool {
+        self.reading == 0 && self.next >= self.rts.len && (self.head == 0 || self.written)
+    }
 }
 
 /// Our rendezvous send, until the peer's FIN (read protocol) or until our writes completed
@@ -639,6 +727,64 @@ struct Outgoing {
     next: u64,
     /// Write fragments posted and not completed.
     writing: u32,
+    /// Split protocol (a `CTS_HEAD`): the peer reads the rest and its `FIN` is due as well.
+    fin_due: bool,
+    /// That `FIN` arrived.
+    fin_seen: bool,
+}
+
+impl Outgoing {
+    /// The source is no longer needed: see [`SendProgress::finished`].
+    fn finished(&self) -> bool {
+        SendProgress {
+            head: self.cts.map(|c| c.len),
+            next: self.next,
+            writing: self.writing,
+            fin_due: self.fin_due,
+            fin_seen: self.fin_seen,
+        }
+        .finished()
+    }
+}
+
+/// Where a rendezvous send stands, as [`Outgoing`] holds it.
+#[derive(Debug, Clone, Copy)]
+struct SendProgress {
+    /// Bytes we write (from the peer's CTS or CTS_HEAD); `None` before one (or never: read).
+    head: Option<u64>,
+    next: u64,
+    writing: u32,
+    fin_due: bool,
+    fin_seen: bool,
+}
+
+impl SendProgress {
+    /// Our writes (if any) completed, and the peer's FIN (if it reads any part) arrived.
+    fn finished(&self) -> bool {
+        let written = self
+            .head
+            .is_none_or(|h| self.writing == 0 && self.next >= h);
+        written && (self.head.is_some() && !self.fin_due || self.fin_seen)
+    }
+}
+
+/// Ends our rendezvous send `seq` to `peer` (see [`Outgoing::finished`]): its source goes back
+/// and its completion is reported.
+fn release_outgoing(
+    ep: &mut Endpoint,
+    peer: u32,
+    seq: u32,
+    cache: &mut RegCache<MemoryRegion>,
+    done: &mut Vec<Completion>,
+) {
+    let o = ep.outgoing.remove(&seq).expect("a finished outgoing");
+    if let Source::Cached(m) = o.src {
+        cache.give_back(m);
+    }
+    done.push(Completion::Done {
+        peer,
+        token: o.token,
+    });
 }
 
 /// A message ready for (or held back from) its callback.
@@ -1028,7 +1174,10 @@ pub struct Transport {
 
 impl Transport {
     /// Wires up through `rt` (discovery, CPC services, modex exchange); connections stay lazy.
-    pub fn open(rt: Box<dyn Runtime>, cfg: TransportConfig) -> Result<Transport, TransportError> {
+    pub fn open(
+        rt: Box<dyn Runtime>,
+        mut cfg: TransportConfig,
+    ) -> Result<Transport, TransportError> {
         // The tick rate is measured across the wire-up (which takes long enough), or apart.
         let calibration = (Instant::now(), clock::ticks());
         let size = rt.info().size;
@@ -1039,6 +1188,15 @@ impl Transport {
             cfg.cq_depth,
             want_srq.then_some(cfg.cq_depth),
         )?;
+        let vendor_id = w.port().ctx.query_device()?.vendor_id;
+        let rndv = cfg.rndv.resolve(vendor_id);
+        tracing::debug!(
+            vendor_id = format_args!("{vendor_id:#x}"),
+            software = is_software_rdma(vendor_id),
+            "incoming rendezvous taken by {rndv:?} (OPENIB_RNDV_PROTOCOL {:?})",
+            cfg.rndv
+        );
+        cfg.rndv = rndv;
         let sq_budget = Arc::new(SqBudget::new(cfg.cq_depth));
         let eps = w
             .plans
@@ -2103,7 +2261,7 @@ impl Transport {
                     .expect("a read belongs to an incoming");
                 inc.reading -= 1;
                 tracing::trace!(peer, seq, "rendezvous read completed");
-                if inc.reading == 0 && inc.next >= inc.rts.len {
+                if inc.complete() {
                     ep.reorder.complete(seq, Ready::Rndv { seq }).map_err(|e| {
                         TransportError::EndpointFailed {
                             peer,
@@ -2120,18 +2278,10 @@ impl Transport {
                     .expect("a write belongs to an outgoing");
                 o.writing -= 1;
                 tracing::trace!(peer, seq, "rendezvous write completed");
-                let all = o.cts.is_some_and(|c| o.next >= c.len);
-                if o.writing == 0 && all {
-                    // Every byte is in the peer's memory: the source is free (its WRITTEN
-                    // notice is posted or queued; it carries no data).
-                    let o = ep.outgoing.remove(&seq).expect("present");
-                    if let Source::Cached(m) = o.src {
-                        self.cache.give_back(m);
-                    }
-                    self.done.push(Completion::Done {
-                        peer,
-                        token: o.token,
-                    });
+                if o.finished() {
+                    // Every byte we write is in the peer's memory (its WRITTEN notice is posted
+                    // or queued; it carries no data) and the peer read the rest, if any.
+                    release_outgoing(ep, peer, seq, &mut self.cache, &mut self.done);
                 }
             }
             None => {}
@@ -2159,7 +2309,7 @@ impl Transport {
                     );
                     self.cache.give_back(buf);
                     self.receiving -= 1;
-                    if !inc.write {
+                    if inc.head < inc.rts.len {
                         ep.fins.push_back(seq);
                     }
                 }
@@ -2179,7 +2329,7 @@ impl Transport {
         imm: Option<u32>,
     ) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
-        let rndv_write = self.cfg.rndv_write;
+        let rndv = self.cfg.rndv;
         // A rendezvous completed by this message is delivered once its buffer is reposted.
         let mut deliver = false;
         let Transport {
@@ -2239,49 +2389,63 @@ impl Transport {
         ep.credits.on_returns(h.credits, h.ctl);
         match h.kind {
             Kind::Credit => {}
-            Kind::Fin => match ep.outgoing.get(&h.seq) {
-                Some(o) if o.cts.is_none() => {
-                    let o = ep.outgoing.remove(&h.seq).expect("present");
-                    if let Source::Cached(m) = o.src {
-                        cache.give_back(m);
-                    }
-                    done.push(Completion::Done {
-                        peer,
-                        token: o.token,
-                    });
+            Kind::Fin => {
+                let o = ep
+                    .outgoing
+                    .get_mut(&h.seq)
+                    .ok_or_else(|| bad(format!("FIN for unknown rendezvous {}", h.seq)))?;
+                let expected = (o.cts.is_none() || o.fin_due) && !o.fin_seen;
+                if !expected {
+                    return Err(bad(format!("FIN after CTS for rendezvous {}", h.seq)));
                 }
-                Some(_) => return Err(bad(format!("FIN after CTS for rendezvous {}", h.seq))),
-                None => return Err(bad(format!("FIN for unknown rendezvous {}", h.seq))),
-            },
-            Kind::Cts => {
+                o.fin_seen = true;
+                if o.finished() {
+                    release_outgoing(ep, peer, h.seq, cache, done);
+                }
+            }
+            Kind::Cts | Kind::CtsHead => {
                 let region = Rts::parse(payload).map_err(|e| bad(e.to_string()))?;
                 let o = ep
                     .outgoing
                     .get_mut(&h.seq)
                     .ok_or_else(|| bad(format!("CTS for unknown rendezvous {}", h.seq)))?;
-                if o.cts.is_some() {
+                if o.cts.is_some() || o.fin_seen {
                     return Err(bad(format!("second CTS for rendezvous {}", h.seq)));
                 }
-                if region.len != o.len as u64 {
+                let fits = match h.kind {
+                    Kind::Cts => region.len == o.len as u64,
+                    _ => region.len > 0 && region.len < o.len as u64,
+                };
+                if !fits {
                     return Err(bad(format!(
-                        "CTS of {} bytes for the {}-byte rendezvous {}",
-                        region.len, o.len, h.seq
+                        "{:?} of {} bytes for the {}-byte rendezvous {}",
+                        h.kind, region.len, o.len, h.seq
                     )));
                 }
                 o.cts = Some(region);
+                o.fin_due = h.kind == Kind::CtsHead;
                 ep.to_write.push_back(h.seq);
-                tracing::trace!(peer, seq = h.seq, "rendezvous CTS received");
+                tracing::trace!(
+                    peer,
+                    seq = h.seq,
+                    head = region.len,
+                    "rendezvous CTS received"
+                );
             }
             Kind::Written => {
-                let ctsd = |i: &Incoming| i.write && i.cts_sent;
-                if !ep.incoming.get(&h.seq).is_some_and(ctsd) {
-                    return Err(bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)));
-                }
+                let inc = ep
+                    .incoming
+                    .get_mut(&h.seq)
+                    .filter(|i| i.head > 0 && i.cts_sent && !i.written)
+                    .ok_or_else(|| bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)))?;
+                inc.written = true;
                 tracing::trace!(peer, seq = h.seq, "rendezvous WRITTEN received");
-                ep.reorder
-                    .complete(h.seq, Ready::Rndv { seq: h.seq })
-                    .map_err(|e| bad(e.to_string()))?;
-                deliver = true;
+                if inc.complete() {
+                    ep.reorder
+                        .complete(h.seq, Ready::Rndv { seq: h.seq })
+                        .map_err(|e| bad(e.to_string()))?;
+                    deliver = true;
+                }
             }
             Kind::Frag => {
                 ep.trains
@@ -2322,16 +2486,18 @@ impl Transport {
                 ep.reorder
                     .arrive(h.seq, None)
                     .map_err(|e| bad(e.to_string()))?;
+                let head = rndv.head(rts.len);
                 ep.incoming.insert(
                     h.seq,
                     Incoming {
                         tag: h.tag,
                         rts,
                         buf: None,
-                        next: 0,
+                        head,
+                        next: head,
                         reading: 0,
-                        write: rndv_write,
                         cts_sent: false,
+                        written: false,
                     },
                 );
                 ep.to_read.push_back(h.seq);
@@ -2415,24 +2581,33 @@ impl Transport {
                 })?);
                 *receiving += 1;
             }
-            if inc.write {
-                // Write protocol: name the landing region; the sender writes it.
+            if inc.head > 0 && !inc.cts_sent {
+                // Write or split protocol: name the landing region of the head; the sender
+                // writes it (first, so that it starts while we read the rest).
                 let buf = inc.buf.as_ref().expect("taken");
                 let mut p = [0u8; RTS_LEN];
                 Rts {
                     addr: buf.addr(),
                     rkey: buf.rkey(),
-                    len: inc.rts.len,
+                    len: inc.head,
                 }
                 .write(&mut p);
+                let kind = if inc.head == inc.rts.len {
+                    Kind::Cts
+                } else {
+                    Kind::CtsHead
+                };
                 if ep.credits.data == 0 || ep.free_send.is_empty() || !ep.sq_room() {
                     break;
                 }
-                ep.post_msg(peer, slot_len, Kind::Cts, 0, seq, &p, 0)?;
-                tracing::trace!(peer, seq, "rendezvous CTS posted");
-                ep.incoming.get_mut(&seq).expect("queued incoming").cts_sent = true;
-                ep.to_read.pop_front();
-                continue;
+                ep.post_msg(peer, slot_len, kind, 0, seq, &p, 0)?;
+                tracing::trace!(peer, seq, ?kind, "rendezvous CTS posted");
+                let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
+                inc.cts_sent = true;
+                if inc.head == inc.rts.len {
+                    ep.to_read.pop_front();
+                    continue;
+                }
             }
             while ep.sq_room() {
                 let inc = ep.incoming.get_mut(&seq).expect("queued incoming");
@@ -2562,6 +2737,8 @@ impl Transport {
                             cts: None,
                             next: 0,
                             writing: 0,
+                            fin_due: false,
+                            fin_seen: false,
                         },
                     );
                     ep.stats.rndv_sent += 1;
@@ -2868,5 +3045,124 @@ mod copy_tests {
             super::copy_in_pieces(&mut dst, &src);
             assert_eq!(dst, src, "length {len}");
         }
+    }
+}
+
+#[cfg(test)]
+mod rndv_tests {
+    use super::{Incoming, RndvProtocol, SendProgress};
+    use proptest::prelude::*;
+
+    #[test]
+    fn write_and_read_take_all_or_nothing_and_split_takes_whole_pages() {
+        let mib = 1 << 20;
+        assert_eq!(RndvProtocol::Write.head(mib), mib);
+        assert_eq!(RndvProtocol::Read.head(mib), 0);
+        let split = |p| RndvProtocol::Split { write_percent: p };
+        assert_eq!(split(50).head(mib), mib / 2);
+        // 55% of 1 MiB is 576,716.8 bytes: rounded down to 140 pages.
+        assert_eq!(split(55).head(mib), 140 * 4096);
+        // A share below one page leaves it all to the reads.
+        assert_eq!(split(1).head(300_000), 0);
+        // Two pages and a byte, 99% written: one whole page (8,111 bytes round down).
+        assert_eq!(split(99).head(8193), 4096);
+    }
+
+    #[test]
+    fn auto_splits_on_rxe_and_siw_and_writes_on_hardware() {
+        let auto = RndvProtocol::Auto { write_percent: 50 };
+        let split = RndvProtocol::Split { write_percent: 50 };
+        assert_eq!(auto.resolve(0xffffff), split, "rxe");
+        assert_eq!(auto.resolve(0x626d74), split, "siw");
+        assert_eq!(auto.resolve(0x02c9), RndvProtocol::Write, "Mellanox");
+        assert_eq!(RndvProtocol::Read.resolve(0xffffff), RndvProtocol::Read);
+        assert_eq!(RndvProtocol::Write.resolve(0xffffff), RndvProtocol::Write);
+        assert_eq!(split.to_string(), "split (50% written)");
+    }
+
+    proptest! {
+        #[test]
+        fn a_split_head_is_page_aligned_and_never_past_the_message(
+            len in 0u64..(1 << 40),
+            p in 1u8..=99,
+        ) {
+            let head = RndvProtocol::Split { write_percent: p }.head(len);
+            prop_assert!(head <= len);
+            prop_assert!(head == len || head % 4096 == 0);
+            prop_assert!(head <= len * p as u64 / 100 + 1);
+        }
+    }
+
+    fn incoming(len: u64, head: u64) -> Incoming {
+        Incoming {
+            tag: 1,
+            rts: super::Rts {
+                addr: 0,
+                rkey: 0,
+                len,
+            },
+            buf: None,
+            head,
+            next: head,
+            reading: 0,
+            cts_sent: false,
+            written: false,
+        }
+    }
+
+    #[test]
+    fn an_incoming_split_completes_only_with_its_head_written_and_its_reads_done() {
+        let mut i = incoming(1 << 20, 1 << 19);
+        assert!(!i.complete(), "nothing read or written");
+        i.next = 1 << 20;
+        i.reading = 2;
+        i.written = true;
+        assert!(!i.complete(), "reads in flight");
+        i.reading = 0;
+        assert!(i.complete());
+        i.written = false;
+        assert!(!i.complete(), "head not written");
+        // Read protocol: no WRITTEN is waited for.
+        let mut r = incoming(1 << 20, 0);
+        r.next = 1 << 20;
+        assert!(r.complete());
+    }
+
+    fn outgoing(head: Option<u64>, fin_due: bool) -> SendProgress {
+        SendProgress {
+            head,
+            next: 0,
+            writing: 0,
+            fin_due,
+            fin_seen: false,
+        }
+    }
+
+    #[test]
+    fn an_outgoing_split_is_finished_by_its_writes_and_the_fin_in_either_order() {
+        // Read protocol: the FIN alone.
+        let mut o = outgoing(None, false);
+        assert!(!o.finished());
+        o.fin_seen = true;
+        assert!(o.finished());
+        // Write protocol: the writes alone.
+        let mut o = outgoing(Some(1 << 20), false);
+        assert!(!o.finished());
+        o.next = 1 << 20;
+        o.writing = 1;
+        assert!(!o.finished(), "a write in flight");
+        o.writing = 0;
+        assert!(o.finished());
+        // Split: writes done, then the FIN; and the other way round.
+        let mut o = outgoing(Some(1 << 19), true);
+        o.next = 1 << 19;
+        assert!(!o.finished(), "the FIN is due");
+        o.fin_seen = true;
+        assert!(o.finished());
+        let mut o = outgoing(Some(1 << 19), true);
+        o.fin_seen = true;
+        assert!(!o.finished(), "the head is not written");
+        o.next = 1 << 19;
+        assert!(o.finished());
     }
 }

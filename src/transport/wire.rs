@@ -16,11 +16,12 @@
 //! - `length`: payload bytes after the header (at most the eager limit, itself <= 65,535).
 //! - `sequence`: per-endpoint message number of `EAGER`, `FRAG` and `RTS` messages (delivery
 //!   order; the pieces of one train share their message's number);
-//!   `FIN`, `CTS` and `WRITTEN` name the sequence of the rendezvous they belong to; 0 in
+//!   `FIN`, `CTS`, `CTS_HEAD` and `WRITTEN` name the sequence of the rendezvous they belong to; 0 in
 //!   `CREDIT`.
 //!
 //! `RTS` payload (28 bytes): source address u64, rkey u32, length u64, reserved u64.
-//! `CTS` payload: the same layout, naming the receiver's landing region.
+//! `CTS` payload: the same layout, naming the receiver's landing region. `CTS_HEAD`: the same,
+//! for the first `length` bytes only.
 //! `FIN`, `WRITTEN` and `CREDIT` have no payload.
 //!
 //! A message above the eager limit and up to the sender's train limit goes as a **train**: one
@@ -53,7 +54,14 @@
 //!  write:  sender --RTS--> receiver --CTS--> sender   sender RDMA-writes the landing region,
 //!          then --WRITTEN--> receiver (after the writes on the same queue pair, so it is
 //!          handled only once their data is in place)
+//!  split:  sender --RTS--> receiver --CTS_HEAD--> sender   the sender RDMA-writes the head
+//!          (the region's length) and sends WRITTEN; meanwhile the receiver RDMA-reads the
+//!          rest of the source, then --FIN--> sender once the message is delivered
 //! ```
+//!
+//! The split exists for software RDMA (rxe, siw), where the CPU of the side that drives an RDMA
+//! operation moves its bytes: a write runs on the sender's CPU, a read on the receiver's, so a
+//! split message keeps both busy at once.
 
 use thiserror::Error;
 
@@ -157,6 +165,10 @@ pub enum Kind {
     /// A piece of a train other than the last: bytes of eager message `sequence`, followed by
     /// its next piece (the last one comes as `Eager`).
     Frag = 6,
+    /// Clear to send the head of rendezvous `sequence`: the sender RDMA-writes the first
+    /// `length` bytes (fewer than the message's) into the named region, then sends `Written`;
+    /// the receiver reads the rest itself and sends `Fin`. The source is free after both.
+    CtsHead = 7,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -206,6 +218,7 @@ impl Header {
             4 => Kind::Cts,
             5 => Kind::Written,
             6 => Kind::Frag,
+            7 => Kind::CtsHead,
             k => return Err(WireError::UnknownKind(k)),
         };
         let h = Header {
@@ -225,7 +238,7 @@ impl Header {
         }
         let want = match kind {
             Kind::Eager | Kind::Frag => payload.len(),
-            Kind::Rts | Kind::Cts => RTS_LEN,
+            Kind::Rts | Kind::Cts | Kind::CtsHead => RTS_LEN,
             Kind::Credit | Kind::Fin | Kind::Written => 0,
         };
         if payload.len() != want {
@@ -331,6 +344,7 @@ mod tests {
             (Kind::Cts, 4, RTS_LEN),
             (Kind::Written, 5, 0),
             (Kind::Frag, 6, 0),
+            (Kind::CtsHead, 7, RTS_LEN),
         ] {
             let mut b = vec![0u8; HDR + len];
             Header {

@@ -549,7 +549,7 @@ pub static SETTINGS: &[Setting] = &[
             min: 0,
             max: 1_048_576,
         },
-        Some("65536"),
+        Some("16384"),
         "largest message a copying send cuts into eager pieces (no rendezvous handshake); larger ones use the rendezvous protocol; at or below OPENIB_EAGER_LIMIT: none",
     ),
     Setting::new(

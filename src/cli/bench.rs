@@ -460,7 +460,14 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             "latency_trimmed_us": copied.trimmed_us,
             "put_bandwidth_mb_s": put_bandwidth, "put_local_mb_s": put_local,
             "iterations": iters,
-            "path": if size <= eager { "eager" } else { "rendezvous" },
+            // The copying send's path; the zero-copy runs above the eager limit rendezvous.
+            "path": if size <= eager {
+                "eager"
+            } else if size <= t.config().train_limit {
+                "train"
+            } else {
+                "rendezvous"
+            },
             "idle_sleeps": t.idle_sleeps() - sleeps_before,
             "latency_p99_us": copied.p99_us, "latency_max_us": copied.max_us,
             "max_poll_gap_us": max_poll_gap_us,

@@ -2394,8 +2394,10 @@ impl Transport {
                     .outgoing
                     .get_mut(&h.seq)
                     .ok_or_else(|| bad(format!("FIN for unknown rendezvous {}", h.seq)))?;
-                let expected = (o.cts.is_none() || o.fin_due) && !o.fin_seen;
-                if !expected {
+                if o.fin_seen {
+                    return Err(bad(format!("second FIN for rendezvous {}", h.seq)));
+                }
+                if o.cts.is_some() && !o.fin_due {
                     return Err(bad(format!("FIN after CTS for rendezvous {}", h.seq)));
                 }
                 o.fin_seen = true;

@@ -709,6 +709,20 @@ struct Incoming {
 }
 
 impl Incoming {
+    /// A rendezvous just announced by `rts`, of which the sender is to write `head` bytes.
+    fn new(tag: Tag, rts: Rts, head: u64) -> Incoming {
+        Incoming {
+            tag,
+            rts,
+            buf: None,
+            head,
+            next: head,
+            reading: 0,
+            cts_sent: false,
+            written: false,
+        }
+    }
+
     /// Every byte is in our buffer: the head written (if any), every read completed.
     fn complete(&self) -> bool {
         self.reading == 0 && self.next >= self.rts.len && (self.head == 0 || self.written)
@@ -2488,20 +2502,8 @@ impl Transport {
                 ep.reorder
                     .arrive(h.seq, None)
                     .map_err(|e| bad(e.to_string()))?;
-                let head = rndv.head(rts.len);
-                ep.incoming.insert(
-                    h.seq,
-                    Incoming {
-                        tag: h.tag,
-                        rts,
-                        buf: None,
-                        head,
-                        next: head,
-                        reading: 0,
-                        cts_sent: false,
-                        written: false,
-                    },
-                );
+                ep.incoming
+                    .insert(h.seq, Incoming::new(h.tag, rts, rndv.head(rts.len)));
                 ep.to_read.push_back(h.seq);
                 tracing::trace!(peer, seq = h.seq, len = rts.len, "rendezvous RTS received");
             }
@@ -3096,20 +3098,12 @@ mod rndv_tests {
     }
 
     fn incoming(len: u64, head: u64) -> Incoming {
-        Incoming {
-            tag: 1,
-            rts: super::Rts {
-                addr: 0,
-                rkey: 0,
-                len,
-            },
-            buf: None,
-            head,
-            next: head,
-            reading: 0,
-            cts_sent: false,
-            written: false,
-        }
+        let rts = super::Rts {
+            addr: 0,
+            rkey: 0,
+            len,
+        };
+        Incoming::new(1, rts, head)
     }
 
     #[test]

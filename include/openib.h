@@ -129,10 +129,12 @@ int openib_set_handler(openib_t *t, uint8_t tag, openib_recv_cb cb, void *ctx);
 
 /* Sends `len` bytes from `buf` (NULL allowed when len is 0) with `tag` to rank `peer`,
  * connecting on first use. Any size: up to openib_eager_limit() the message goes eagerly (one
- * send through a bounce buffer); above it by rendezvous (the data is copied into a registered
- * buffer of the transport's registration cache; the peer takes it with RDMA: by default it names
- * a landing buffer and this process writes into it, with OPENIB_RNDV_PROTOCOL=read on the peer
- * the peer reads it and acknowledges).
+ * send through a bounce buffer); above it and up to OPENIB_EAGER_TRAIN_LIMIT as a train of eager
+ * pieces; above that by rendezvous (the data is copied into a registered buffer of the
+ * transport's registration cache; the peer takes it with RDMA, by the peer's
+ * OPENIB_RNDV_PROTOCOL: it names a landing buffer and this process writes into it (write, the
+ * default on hardware), it reads the buffer and acknowledges (read), or this process writes the
+ * first half while the peer reads the rest (split, the default on rxe and siw)).
  * The data is copied before the call returns either way: `buf` may be reused at once. The send
  * completes later, as a completion with the token written to *token_out (optional): eager when
  * the data left this process, rendezvous when the data is in the peer's memory. Messages to one peer, of

@@ -588,7 +588,7 @@ pub static SETTINGS: &[Setting] = &[
         C::Transport,
         Kind::Int { min: 1, max: 99 },
         Some("50"),
-        "with OPENIB_RNDV_PROTOCOL=split: percent of a rendezvous message the sender writes (rounded down to whole 4 KiB pages); the receiver reads the rest",
+        "with the split rendezvous (OPENIB_RNDV_PROTOCOL=split, or auto on software RDMA): percent of a rendezvous message the sender writes (rounded down to whole 4 KiB pages); the receiver reads the rest",
     ),
     Setting::new(
         "OPENIB_PINNED_MAX",

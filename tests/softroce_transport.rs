@@ -1,7 +1,8 @@
 //! The transport between two processes on rxe0: eager sends and RDMA writes of every size up to
 //! 1 MiB, with content checked by `openib bench` itself (it fails on a corrupted payload), under
 //! the embedded runtime and under mpirun, and with a completion queue too small for the puts in
-//! flight (the shared send budget holds them back). Timings are printed, never asserted.
+//! flight (the shared send budget holds them back); rxe takes the split rendezvous by default.
+//! Timings are printed, never asserted.
 
 #[path = "softroce/harness.rs"]
 mod harness;
@@ -39,6 +40,18 @@ fn bench_moves_checked_data_through_both_paths() {
             .map(|r| r["size"].as_u64().unwrap())
             .collect();
         assert_eq!(got, sizes, "{text}");
+        // rxe is software RDMA (vendor id 0xffffff): `auto` takes the split rendezvous.
+        assert_eq!(v["rndv_protocol"], "split (50% written)", "{section}");
+        // The copying send's path by size: eager, a train up to 16 KiB, rendezvous above.
+        for r in v["results"].as_array().unwrap() {
+            let size = r["size"].as_u64().unwrap();
+            let want = match size {
+                0..=8192 => "eager",
+                8193..=16384 => "train",
+                _ => "rendezvous",
+            };
+            assert_eq!(r["path"], want, "{section}: {r}");
+        }
         for r in v["results"].as_array().unwrap() {
             assert!(
                 r["latency_us"].as_f64().unwrap() > 0.0

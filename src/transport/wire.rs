@@ -16,8 +16,8 @@
 //! - `length`: payload bytes after the header (at most the eager limit, itself <= 65,535).
 //! - `sequence`: per-endpoint message number of `EAGER`, `FRAG` and `RTS` messages (delivery
 //!   order; the pieces of one train share their message's number);
-//!   `FIN`, `CTS`, `CTS_HEAD` and `WRITTEN` name the sequence of the rendezvous they belong to; 0 in
-//!   `CREDIT`.
+//!   `FIN`, `CTS`, `CTS_HEAD` and `WRITTEN` name the sequence of the rendezvous they belong
+//!   to; 0 in `CREDIT`.
 //!
 //! `RTS` payload (28 bytes): source address u64, rkey u32, length u64, reserved u64.
 //! `CTS` payload: the same layout, naming the receiver's landing region. `CTS_HEAD`: the same,

@@ -741,44 +741,52 @@ struct Outgoing {
     next: u64,
     /// Write fragments posted and not completed.
     writing: u32,
-    /// Split protocol (a `CTS_HEAD`): the peer reads the rest and its `FIN` is due as well.
-    fin_due: bool,
-    /// That `FIN` arrived.
+    /// The peer's `FIN` arrived (it read the whole message, or the part after a `CTS_HEAD`).
     fin_seen: bool,
 }
 
 impl Outgoing {
     /// The source is no longer needed: see [`SendProgress::finished`].
     fn finished(&self) -> bool {
+        self.progress().finished()
+    }
+
+    fn progress(&self) -> SendProgress {
         SendProgress {
+            len: self.len as u64,
             head: self.cts.map(|c| c.len),
             next: self.next,
             writing: self.writing,
-            fin_due: self.fin_due,
             fin_seen: self.fin_seen,
         }
-        .finished()
     }
 }
 
 /// Where a rendezvous send stands, as [`Outgoing`] holds it.
 #[derive(Debug, Clone, Copy)]
 struct SendProgress {
+    /// The message's length.
+    len: u64,
     /// Bytes we write (from the peer's CTS or CTS_HEAD); `None` before one (or never: read).
     head: Option<u64>,
     next: u64,
     writing: u32,
-    fin_due: bool,
     fin_seen: bool,
 }
 
 impl SendProgress {
+    /// The peer reads some of the message, so a `FIN` is due: no CTS (read protocol, or none
+    /// yet) or a `CTS_HEAD` for less than all of it.
+    fn fin_due(&self) -> bool {
+        self.head.is_none_or(|h| h < self.len)
+    }
+
     /// Our writes (if any) completed, and the peer's FIN (if it reads any part) arrived.
     fn finished(&self) -> bool {
         let written = self
             .head
             .is_none_or(|h| self.writing == 0 && self.next >= h);
-        written && (self.head.is_some() && !self.fin_due || self.fin_seen)
+        written && (!self.fin_due() || self.fin_seen)
     }
 }
 
@@ -2411,7 +2419,7 @@ impl Transport {
                 if o.fin_seen {
                     return Err(bad(format!("second FIN for rendezvous {}", h.seq)));
                 }
-                if o.cts.is_some() && !o.fin_due {
+                if !o.progress().fin_due() {
                     return Err(bad(format!("FIN after CTS for rendezvous {}", h.seq)));
                 }
                 o.fin_seen = true;
@@ -2439,7 +2447,6 @@ impl Transport {
                     )));
                 }
                 o.cts = Some(region);
-                o.fin_due = h.kind == Kind::CtsHead;
                 ep.to_write.push_back(h.seq);
                 tracing::trace!(
                     peer,
@@ -2741,7 +2748,6 @@ impl Transport {
                             cts: None,
                             next: 0,
                             writing: 0,
-                            fin_due: false,
                             fin_seen: false,
                         },
                     );
@@ -3124,12 +3130,13 @@ mod rndv_tests {
         assert!(r.complete());
     }
 
-    fn outgoing(head: Option<u64>, fin_due: bool) -> SendProgress {
+    /// A 1 MiB send; `head`: the bytes the peer's CTS or CTS_HEAD asked us to write.
+    fn outgoing(head: Option<u64>) -> SendProgress {
         SendProgress {
+            len: 1 << 20,
             head,
             next: 0,
             writing: 0,
-            fin_due,
             fin_seen: false,
         }
     }
@@ -3137,12 +3144,12 @@ mod rndv_tests {
     #[test]
     fn an_outgoing_split_is_finished_by_its_writes_and_the_fin_in_either_order() {
         // Read protocol: the FIN alone.
-        let mut o = outgoing(None, false);
+        let mut o = outgoing(None);
         assert!(!o.finished());
         o.fin_seen = true;
         assert!(o.finished());
         // Write protocol: the writes alone.
-        let mut o = outgoing(Some(1 << 20), false);
+        let mut o = outgoing(Some(1 << 20));
         assert!(!o.finished());
         o.next = 1 << 20;
         o.writing = 1;
@@ -3150,12 +3157,12 @@ mod rndv_tests {
         o.writing = 0;
         assert!(o.finished());
         // Split: writes done, then the FIN; and the other way round.
-        let mut o = outgoing(Some(1 << 19), true);
+        let mut o = outgoing(Some(1 << 19));
         o.next = 1 << 19;
         assert!(!o.finished(), "the FIN is due");
         o.fin_seen = true;
         assert!(o.finished());
-        let mut o = outgoing(Some(1 << 19), true);
+        let mut o = outgoing(Some(1 << 19));
         o.fin_seen = true;
         assert!(!o.finished(), "the head is not written");
         o.next = 1 << 19;

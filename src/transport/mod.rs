@@ -124,8 +124,8 @@ fn copy_in_pieces(dst: &mut [u8], src: &[u8]) {
     }
 }
 
-/// A progress call that found receives polls the send queue's completions only every this
-/// many calls (a call that found none always polls it).
+/// Every this many progress calls the send queues' completions are polled whatever else holds;
+/// in between, only by a call that found no receives while send requests are in flight.
 const SEND_POLL_EVERY: u32 = 4;
 /// The longest sleep of a waiting loop: its first sleep lasts at most [`SERVICE_POLL`], and
 /// each one in a row that woke to nothing twice as long, up to this.
@@ -1930,9 +1930,11 @@ impl Transport {
             let received = wcs.len();
             // Send completions free slots and credits, nothing waits on them at once: when
             // messages came in, the send queue waits for the next call (at most three calls),
-            // so no second poll stands between a message and its callback. A failed receive
-            // brings them in at once: the cause of a flush may be there.
-            if received == 0
+            // so no second poll stands between a message and its callback. With nothing in
+            // flight there is nothing to poll for but the flushes of a dropped connection,
+            // which the periodic poll collects: a waiting loop polls one queue, not two. A
+            // failed receive brings them in at once: the cause of a flush may be there.
+            if (received == 0 && self.sq_budget.in_flight.load(Ordering::Relaxed) > 0)
                 || self.progress_calls % SEND_POLL_EVERY == 0
                 || wcs.iter().any(|wc| !wc.is_success())
             {

@@ -336,10 +336,16 @@ impl CmId {
         Ok((attr, mask as u32))
     }
 
-    /// Moves `qp` through INIT (and, with `to_rts`, RTR and RTS) with rdmacm's attributes.
-    pub fn transition(&self, qp: &QueuePair, states: &[u32]) -> Result<()> {
+    /// Moves `qp` through `states` with rdmacm's attributes, except the local ACK timeout
+    /// (RTS): `ack_timeout` (4.096 us * 2^ack_timeout) instead of the CM's, which it derives
+    /// from the path's packet lifetime (on rxe about 2.3 s: with 6 retries a request to a
+    /// peer that vanished failed only after 16 s).
+    pub fn transition(&self, qp: &QueuePair, states: &[u32], ack_timeout: u8) -> Result<()> {
         for &s in states {
-            let (attr, mask) = self.qp_attr(s)?;
+            let (mut attr, mask) = self.qp_attr(s)?;
+            if mask & crate::ffi::verbs::IBV_QP_TIMEOUT != 0 {
+                attr.timeout = ack_timeout;
+            }
             qp.modify(&attr, mask)?;
         }
         Ok(())

@@ -6,9 +6,9 @@
  * fail the send with OPENIB_ERR_ENDPOINT_FAILED: on an HCA after about 8 local ACK timeouts
  * (0.5 s), and on rxe only if the retry count is not 7 (rxe retries 7 forever). Rank 0 prints
  * "vanish: rank 0 ok: the send failed after N ms" and exits 0 only if it failed within
- * LIMIT seconds (the argument, default 10; rdmacm takes its ACK timeout from the CM, about
- * 2.3 s on rxe, so there the retries take about 16 s); rank 1 prints "vanish: rank 1 ok"
- * after its wait.
+ * LIMIT seconds (the argument, default 10; every CPC's queue pairs, rdmacm's too, take
+ * OPENIB_ACK_TIMEOUT: with the CM's own, about 2.3 s on rxe, rdmacm's retries took 16 s);
+ * rank 1 prints "vanish: rank 1 ok" after its wait.
  */
 #define _POSIX_C_SOURCE 200809L
 #include "openib.h"

@@ -450,6 +450,13 @@ pub static SETTINGS: &[Setting] = &[
         "CPC priority overrides, NAME:PRIORITY,... (higher wins); unset: oob 50, xoob 60, ibcm 40, rdmacm 30, udcm 63",
     ),
     Setting::new(
+        "OPENIB_ACK_TIMEOUT",
+        C::Cpc,
+        Kind::Int { min: 1, max: 31 },
+        Some("14"),
+        "local ACK timeout of every RC queue pair, whichever CPC connects it, as the verbs exponent: 4.096 us x 2^N (14: about 67 ms; 0, no timeout, is not offered); an unacknowledged request is retried 6 times, so one to a peer that vanished fails after about 7 timeouts (0.5 s at 14); raise it on large or congested fabrics (Open MPI's openib uses 20, about 4.3 s)",
+    ),
+    Setting::new(
         "OPENIB_LIBRDMACM",
         C::Cpc,
         Kind::Path,

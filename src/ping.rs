@@ -186,6 +186,9 @@ impl Wireup {
             cq_depth as i32,
             caps,
         )?;
+        // Every CPC's queue pairs, rdmacm's too (the CM would derive its own from the path).
+        lp.params.timeout = crate::config::u32("OPENIB_ACK_TIMEOUT")
+            .map_err(|e| PingError::Setup(e.to_string()))? as u8;
         if let Some(max) = srq_max {
             match openib_sys::SharedReceiveQueue::new(&lp.pd, max, 1) {
                 Ok(srq) => lp.srq = Some(srq),

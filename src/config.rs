@@ -454,7 +454,14 @@ pub static SETTINGS: &[Setting] = &[
         C::Cpc,
         Kind::Int { min: 1, max: 31 },
         Some("14"),
-        "local ACK timeout of every RC queue pair, whichever CPC connects it, as the verbs exponent: 4.096 us x 2^N (14: about 67 ms; 0, no timeout, is not offered); an unacknowledged request is retried 6 times, so one to a peer that vanished fails after about 7 timeouts (0.5 s at 14); raise it on large or congested fabrics (Open MPI's openib uses 20, about 4.3 s)",
+        "local ACK timeout of every RC queue pair, whichever CPC connects it, as the verbs exponent: 4.096 us x 2^N (14: about 67 ms; 0, no timeout, is not offered); an unacknowledged request is retried OPENIB_RETRY_COUNT times (6), so one to a peer that vanished fails after about 7 timeouts (0.5 s at 14); raise it on large or congested fabrics (Open MPI's openib uses 20, about 4.3 s)",
+    ),
+    Setting::new(
+        "OPENIB_RETRY_COUNT",
+        C::Cpc,
+        Kind::Int { min: 0, max: 6 },
+        Some("6"),
+        "transport retries of every RC queue pair before a request fails (each after OPENIB_ACK_TIMEOUT); 7 is not offered: SoftRoCE never counts it down, so a request to a vanished peer would be retried forever",
     ),
     Setting::new(
         "OPENIB_LIBRDMACM",

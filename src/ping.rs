@@ -186,9 +186,11 @@ impl Wireup {
             cq_depth as i32,
             caps,
         )?;
-        // Every CPC's queue pairs, rdmacm's too (the CM would derive its own from the path).
-        lp.params.timeout = crate::config::u32("OPENIB_ACK_TIMEOUT")
-            .map_err(|e| PingError::Setup(e.to_string()))? as u8;
+        // Every CPC's queue pairs, rdmacm's too (the CM would derive its own timeout from the
+        // path).
+        let setting = |name| crate::config::u32(name).map_err(|e| PingError::Setup(e.to_string()));
+        lp.params.timeout = setting("OPENIB_ACK_TIMEOUT")? as u8;
+        lp.params.retry_cnt = setting("OPENIB_RETRY_COUNT")? as u8;
         if let Some(max) = srq_max {
             match openib_sys::SharedReceiveQueue::new(&lp.pd, max, 1) {
                 Ok(srq) => lp.srq = Some(srq),

@@ -239,7 +239,7 @@ impl RdmacmService {
             }
             CmEventKind::RouteResolved => {
                 let qp = self.port.create_qp_reset()?;
-                a.id.transition(&qp, &[v::IBV_QPS_INIT], self.port.params.timeout)?;
+                a.id.transition(&qp, &[v::IBV_QPS_INIT], &self.port.params)?;
                 // rdmacm grants remote read and atomics in INIT only when it already knows
                 // responder resources, which the active side sets later, in rdma_connect.
                 qp.set_access(openib_sys::Access::ALL)?;
@@ -254,11 +254,7 @@ impl RdmacmService {
             }
             CmEventKind::ConnectResponse => {
                 let qp = a.qp.as_ref().expect("connect responses follow our connect");
-                a.id.transition(
-                    qp,
-                    &[v::IBV_QPS_RTR, v::IBV_QPS_RTS],
-                    self.port.params.timeout,
-                )?;
+                a.id.transition(qp, &[v::IBV_QPS_RTR, v::IBV_QPS_RTS], &self.port.params)?;
                 a.id.establish()?;
                 self.finish(a, peer_qp);
                 Ok(None)
@@ -309,14 +305,10 @@ impl RdmacmService {
         self.awaiting.remove(&(from, pair));
         let r = (|| {
             let qp = self.port.create_qp_reset()?;
-            id.transition(&qp, &[v::IBV_QPS_INIT], self.port.params.timeout)?;
+            id.transition(&qp, &[v::IBV_QPS_INIT], &self.port.params)?;
             qp.set_access(openib_sys::Access::ALL)?;
             self.port.prepare_qp(&qp)?;
-            id.transition(
-                &qp,
-                &[v::IBV_QPS_RTR, v::IBV_QPS_RTS],
-                self.port.params.timeout,
-            )?;
+            id.transition(&qp, &[v::IBV_QPS_RTR, v::IBV_QPS_RTS], &self.port.params)?;
             id.accept(
                 qp.qp_num(),
                 self.port.srq.is_some(),

@@ -7,7 +7,7 @@
 use crate::error::{Error, Result};
 use crate::ffi::rdmacm as cm;
 use crate::library::rdmacm;
-use crate::qp::{QpAttr, QueuePair};
+use crate::qp::{QpAttr, QueuePair, RcParams};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -336,15 +336,19 @@ impl CmId {
         Ok((attr, mask as u32))
     }
 
-    /// Moves `qp` through `states` with rdmacm's attributes, except the local ACK timeout
-    /// (RTS): `ack_timeout` (4.096 us * 2^ack_timeout) instead of the CM's, which it derives
-    /// from the path's packet lifetime (on rxe about 2.3 s: with 6 retries a request to a
-    /// peer that vanished failed only after 16 s).
-    pub fn transition(&self, qp: &QueuePair, states: &[u32], ack_timeout: u8) -> Result<()> {
+    /// Moves `qp` through `states` with rdmacm's attributes, except the local ACK timeout and
+    /// the retry count of RTS, which are `ours` (the other CPCs' too). The CM derives its
+    /// timeout from the path's packet lifetime (on rxe about 2.3 s: with 6 retries a request to
+    /// a peer that vanished failed only after 16 s) and takes the retry count from the active
+    /// side's connect parameters.
+    pub fn transition(&self, qp: &QueuePair, states: &[u32], ours: &RcParams) -> Result<()> {
         for &s in states {
             let (mut attr, mask) = self.qp_attr(s)?;
             if mask & crate::ffi::verbs::IBV_QP_TIMEOUT != 0 {
-                attr.timeout = ack_timeout;
+                attr.timeout = ours.timeout;
+            }
+            if mask & crate::ffi::verbs::IBV_QP_RETRY_CNT != 0 {
+                attr.retry_cnt = ours.retry_cnt;
             }
             qp.modify(&attr, mask)?;
         }

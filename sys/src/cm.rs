@@ -364,7 +364,8 @@ impl CmId {
             responder_resources: 4,
             initiator_depth: 4,
             flow_control: 0,
-            // 6, as `RcParams::retry_cnt`: rxe retries a count of 7 forever.
+            // What the peer's CM is told; both sides' queue pairs take `OPENIB_RETRY_COUNT`
+            // instead at RTS (`transition`). Never 7: rxe retries a count of 7 forever.
             retry_count: 6,
             rnr_retry_count: 7,
             // Tells the peer's CM that our QP receives through a shared receive queue.

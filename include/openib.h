@@ -237,7 +237,9 @@ int openib_compare_swap(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t of
 int openib_progress(openib_t *t);
 
 /* Takes the oldest completion of a send, put, get or atomic: returns 1 and fills *out, 0 when
- * there is none, or a negative error. */
+ * there is none, or a negative error. Every send, put, get and atomic reports one, whether or
+ * not its token was asked for, and they are kept until taken here: a program must take them
+ * (a warning is logged once a million or more wait, and at each doubling). */
 int openib_poll_completion(openib_t *t, openib_completion_t *out);
 
 /* Progresses until nothing is queued or in flight on any live connection, or `timeout_ms`

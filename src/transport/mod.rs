@@ -124,6 +124,52 @@ fn copy_in_pieces(dst: &mut [u8], src: &[u8]) {
     }
 }
 
+/// Untaken completions at which [`BacklogWarning`] first warns (then at each doubling).
+const UNTAKEN_COMPLETIONS_WARNING: usize = 1 << 20;
+
+/// Logs a warning when completions pile up untaken: every send, put, get and atomic reports
+/// one, and a caller that never takes them grows memory without bound (and the growing queue
+/// touches a new page every few dozen operations, a page fault in the hot path). Warns at
+/// [`UNTAKEN_COMPLETIONS_WARNING`] completions, then each time the count doubles.
+#[derive(Debug)]
+pub struct BacklogWarning {
+    next: usize,
+}
+
+impl Default for BacklogWarning {
+    fn default() -> Self {
+        BacklogWarning {
+            next: UNTAKEN_COMPLETIONS_WARNING,
+        }
+    }
+}
+
+impl BacklogWarning {
+    /// Call with the number of completions waiting to be taken.
+    #[inline]
+    pub fn check(&mut self, untaken: usize) {
+        if untaken >= self.next {
+            self.warn(untaken);
+        }
+    }
+
+    #[cold]
+    fn warn(&mut self, untaken: usize) {
+        tracing::warn!(
+            untaken,
+            bytes = untaken * std::mem::size_of::<Completion>(),
+            "completions are piling up untaken: every send, put, get and atomic reports one; \
+             take them (take_completions or drain_completions; C: openib_poll_completion)"
+        );
+        self.next = untaken.saturating_mul(2);
+    }
+
+    /// The count at which the next warning is due.
+    pub fn next_warning_at(&self) -> usize {
+        self.next
+    }
+}
+
 /// Every this many progress calls the send queues' completions are polled whatever else holds;
 /// in between, only by a call that found no receives while send requests are in flight.
 const SEND_POLL_EVERY: u32 = 4;
@@ -1160,7 +1206,10 @@ pub struct Transport {
     /// Credits a sender starts with towards every peer (control credits included).
     initial_credits: u32,
     handlers: Vec<Option<Handler>>,
+    /// Completions not yet taken; they stay until the caller takes them.
     done: Vec<Completion>,
+    /// Warns when `done` keeps growing because the caller does not take them.
+    done_backlog: BacklogWarning,
     next_token: u64,
     wcs: Vec<WorkCompletion>,
     /// Tick count (see [`openib_sys::clock`]) of the last service poll, and the ticks between
@@ -1297,6 +1346,7 @@ impl Transport {
             cfg,
             handlers: (0..=255).map(|_| None).collect(),
             done: Vec::new(),
+            done_backlog: BacklogWarning::default(),
             next_token: 1,
             wcs: Vec::with_capacity(64),
             last_service_tick: clock::ticks(),
@@ -1873,6 +1923,13 @@ impl Transport {
         std::mem::take(&mut self.done)
     }
 
+    /// Takes the completions gathered so far, oldest first, without allocating: the queue
+    /// keeps its memory for the next ones (call this once per round of a hot loop). Those the
+    /// iterator does not reach are dropped with it.
+    pub fn drain_completions(&mut self) -> std::vec::Drain<'_, Completion> {
+        self.done.drain(..)
+    }
+
     /// Gives back completions taken by [`Transport::take_completions`] that belong to someone
     /// else (for callers that share the transport between threads).
     pub fn requeue_completions(&mut self, mut c: Vec<Completion>) {
@@ -2005,6 +2062,7 @@ impl Transport {
             }
         }
         self.wcs = wcs;
+        self.done_backlog.check(self.done.len());
         touched.sort_unstable();
         touched.dedup();
         // Reads waiting for the cache's bound may start after another endpoint freed memory.
@@ -3018,6 +3076,20 @@ mod backoff_tests {
         assert_eq!(b.count(3), 0);
         assert!(!b.should_sleep(100));
         assert_eq!(b.count(0), 1);
+    }
+
+    #[test]
+    fn backlog_warning_waits_for_each_doubling() {
+        let mut w = super::BacklogWarning::default();
+        let first = super::UNTAKEN_COMPLETIONS_WARNING;
+        w.check(first - 1);
+        assert_eq!(w.next_warning_at(), first);
+        w.check(first);
+        assert_eq!(w.next_warning_at(), 2 * first);
+        w.check(2 * first - 1);
+        assert_eq!(w.next_warning_at(), 2 * first);
+        w.check(5 * first);
+        assert_eq!(w.next_warning_at(), 10 * first);
     }
 
     #[test]

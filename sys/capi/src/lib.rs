@@ -20,7 +20,7 @@ use openib_ports::hw::HwError;
 use openib_rs::modex::exchange::ExchangeMode;
 use openib_rs::ping::{PingConfig, PingError};
 use openib_rs::transport::{
-    AtomicOp, Completion, RemoteRegion, Transport, TransportConfig, TransportError,
+    AtomicOp, BacklogWarning, Completion, RemoteRegion, Transport, TransportConfig, TransportError,
 };
 use openib_sys::{ForeignRegion, MemoryRegion};
 use std::cell::RefCell;
@@ -268,11 +268,14 @@ struct Inner {
     t: Transport,
     /// Completions taken from the transport and not yet polled.
     done: VecDeque<Completion>,
+    /// Warns when `done` keeps growing: the caller never polls completions.
+    backlog: BacklogWarning,
 }
 
 impl Inner {
     fn gather(&mut self) {
-        self.done.extend(self.t.take_completions());
+        self.done.extend(self.t.drain_completions());
+        self.backlog.check(self.done.len());
     }
 }
 
@@ -515,6 +518,7 @@ pub unsafe extern "C" fn openib_open(out: *mut *mut openib_t) -> c_int {
             inner: Mutex::new(Inner {
                 t,
                 done: VecDeque::new(),
+                backlog: BacklogWarning::default(),
             }),
         });
         // SAFETY: as above.

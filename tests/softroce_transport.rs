@@ -21,9 +21,33 @@ fn bench_moves_checked_data_through_both_paths() {
         "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== mpirun'; mpirun --oversubscribe -np 2 {b} bench --json --iters 10 --sizes 8,65536 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== small-cq'; OPENIB_CQ_DEPTH=64 {b} run -n 2 --timeout 300 -- {b} bench --json --iters 300 --sizes 4096,16384 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+         echo '=== laps'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 30 --sizes 8,4096 --laps /tmp/laps.txt >/dev/null 2>/tmp/bench.err && cat /tmp/laps.txt || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+         echo '=== laps-unwritable'; {b} run -n 2 --timeout 300 -- {b} bench --iters 5 --sizes 8 --laps /proc/no-such-dir/laps.txt 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n"
     );
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    // --laps: every timed round trip, in order, size by size; an unwritable file fails.
+    let laps = harness::section(&out, "laps").unwrap_or_else(|| panic!("no laps: {out}"));
+    assert!(!laps.contains("FAILED"), "laps: {laps}");
+    let rows: Vec<(u64, f64)> = laps
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| {
+            let (size, us) = l
+                .split_once(' ')
+                .unwrap_or_else(|| panic!("laps line {l:?}"));
+            (size.parse().unwrap(), us.trim().parse().unwrap())
+        })
+        .collect();
+    let sizes: Vec<u64> = rows.iter().map(|r| r.0).collect();
+    assert_eq!(sizes, [vec![8; 30], vec![4096; 30]].concat(), "{laps}");
+    assert!(rows.iter().all(|r| r.1 > 0.0), "{laps}");
+    let bad = harness::section(&out, "laps-unwritable")
+        .unwrap_or_else(|| panic!("no laps-unwritable: {out}"));
+    assert!(
+        bad.contains("--laps /proc/no-such-dir/laps.txt:") && !bad.contains("exit 0"),
+        "{bad}"
+    );
     for (section, sizes) in [
         ("run", vec![8, 64, 512, 4096, 8192, 65536, 262144, 1048576]),
         ("mpirun", vec![8, 65536]),

@@ -7,7 +7,9 @@
 use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
-use crate::transport::{IdleBackoff, RemoteRegion, Transport, TransportConfig, TransportError};
+use crate::transport::{
+    Completion, IdleBackoff, RemoteRegion, Transport, TransportConfig, TransportError,
+};
 use openib_sys::clock::{self, TickRate};
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -33,6 +35,11 @@ pub struct BenchArgs {
     /// Print JSON: {"results": [{"size", "latency_us", "bandwidth_mb_s"}]}.
     #[arg(long)]
     pub json: bool,
+    /// Write every timed round trip of rank 0's copying ping-pongs to this file, in the order
+    /// they ran: one line each, the size and half the round trip in microseconds (as
+    /// ib_send_lat -U prints its own).
+    #[arg(long, value_name = "FILE")]
+    pub laps: Option<std::path::PathBuf>,
 }
 
 /// Round trips left out of `latency_trimmed_us`: the slowest two, as ib_send_lat leaves them
@@ -147,6 +154,20 @@ fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Resu
     Ok(())
 }
 
+/// Takes the completions of this rank's sends, as a runtime would (untaken ones pile up in
+/// memory); fails on the first that failed.
+fn reap(t: &mut Transport) -> Result<(), String> {
+    match t
+        .drain_completions()
+        .find(|c| matches!(c, Completion::Failed { .. }))
+    {
+        Some(Completion::Failed { peer, error, .. }) => {
+            Err(format!("a send to rank {peer} failed: {error}"))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Half round trips of one ping-pong phase, in microseconds.
 struct Latency {
     /// Over the whole phase (wall clock).
@@ -158,6 +179,8 @@ struct Latency {
     max_us: f64,
     /// The longest time between two progress calls of this rank's waits.
     max_poll_gap_us: f64,
+    /// Every timed round trip, halved, in microseconds, in the order they ran.
+    laps_us: Vec<f64>,
 }
 
 /// A ping-pong of `send` between the two ranks: one warm-up round trip, then `iters` timed
@@ -174,7 +197,11 @@ fn ping_pong(
     let mut start = (Instant::now(), clock::ticks());
     // Each round trip in ticks (the time-stamp counter: a clock read per iteration would be a
     // system call in TCG guests), for the median (perftest's t_typical).
-    let mut laps: Vec<u64> = Vec::with_capacity(iters as usize);
+    // Written before the run: a page touched for the first time inside it would be timed.
+    let mut laps: Vec<u64> = Vec::with_capacity(iters as usize + 1);
+    laps.resize(iters as usize + 1, u64::MAX);
+    std::hint::black_box(&mut laps);
+    laps.clear();
     let mut lap = clock::ticks();
     for i in 0..=iters {
         if i == 1 {
@@ -195,11 +222,13 @@ fn ping_pong(
             wait_for(t, inbox, *want_data, timeout)?;
             send(t).map_err(|e| e.to_string())?;
         }
+        reap(t)?;
     }
     let end = (Instant::now(), clock::ticks());
     laps.push(end.1.saturating_sub(lap));
     let rate = TickRate::between(start, end)
         .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
+    let laps_us = laps.iter().map(|&l| rate.micros(l) / 2.0).collect();
     laps.sort_unstable();
     let half = |q: f64| {
         let i = ((laps.len() as f64 * q) as usize).min(laps.len() - 1);
@@ -214,6 +243,7 @@ fn ping_pong(
         p99_us: half(0.99),
         max_us: half(1.0),
         max_poll_gap_us: rate.micros(MAX_POLL_GAP.with(|g| g.get())),
+        laps_us,
     })
 }
 
@@ -232,6 +262,7 @@ fn stream(
         for _ in 0..iters {
             send(t).map_err(|e| e.to_string())?;
             t.progress().map_err(|e| e.to_string())?;
+            reap(t)?;
         }
         wait_for(t, notes, *want_notes, timeout)?;
     } else {
@@ -301,6 +332,15 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     .map_err(|e| e.to_string())?;
     let mut t = Transport::open(rt, cfg).map_err(|e| e.to_string())?;
     let me = t.rank();
+    // Created before the run, so a path that cannot be written fails at once.
+    let mut laps_file = match &a.laps {
+        Some(path) if me == 0 => Some(
+            std::fs::File::create(path)
+                .map(std::io::BufWriter::new)
+                .map_err(|e| format!("--laps {}: {e}", path.display()))?,
+        ),
+        _ => None,
+    };
     let peer = 1 - me;
     // The first data message of each size is checked: its number on this rank is the count
     // of data messages of the sizes before (rank 0 receives the pongs, rank 1 the pings and
@@ -390,6 +430,14 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             |t| t.send(peer, TAG_DATA, &msg),
         )?;
         let max_poll_gap_us = copied.max_poll_gap_us;
+        if let (Some(f), Some(path)) = (laps_file.as_mut(), &a.laps) {
+            use std::io::Write;
+            copied
+                .laps_us
+                .iter()
+                .try_for_each(|l| writeln!(f, "{size} {l:.3}"))
+                .map_err(|e| format!("--laps {}: {e}", path.display()))?;
+        }
         // The same without the copy: `send_region` from `local`, which holds the same pattern
         // (the peer takes the bytes by RDMA, as perftest's registered buffers and the MPI
         // libraries' zero-copy rendezvous do).
@@ -433,6 +481,7 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                     t.put(peer, &local, 0, remote, 0, size)
                         .map_err(|e| e.to_string())?;
                     t.progress().map_err(|e| e.to_string())?;
+                    reap(&mut t)?;
                 }
                 t.flush(timeout).map_err(|e| e.to_string())?;
                 put_local = Some((size as f64 * iters as f64) / t0.elapsed().as_secs_f64() / 1e6);
@@ -481,6 +530,11 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             "bandwidth_shared_mb_s": sh.map(|(_, b)| *b)}));
     }
     t.flush(timeout).map_err(|e| e.to_string())?;
+    if let (Some(mut f), Some(path)) = (laps_file, &a.laps) {
+        use std::io::Write;
+        f.flush()
+            .map_err(|e| format!("--laps {}: {e}", path.display()))?;
+    }
     if me == 0 {
         if a.json {
             println!(

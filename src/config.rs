@@ -351,6 +351,7 @@ pub const FAULT_POINTS: &[&str] = &[
     "in-fence",
     "in-connect",
     "in-transfer",
+    "lie-seq",
 ];
 
 fn port_filter(v: &str) -> Result<(), String> {
@@ -675,7 +676,7 @@ pub static SETTINGS: &[Setting] = &[
             repeat: true,
         },
         None,
-        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point; unset: none",
+        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch); unset: none",
     ),
     // logging
     Setting::new(
@@ -1278,7 +1279,10 @@ mod tests {
         let mut seen = 0;
         for p in &paths {
             let text = std::fs::read_to_string(p).unwrap();
-            for (i, _) in text.match_indices("fault::point(\"") {
+            let uses = text
+                .match_indices("fault::point(\"")
+                .chain(text.match_indices("fault::armed(\""));
+            for (i, _) in uses {
                 let rest = &text[i + 14..];
                 let point = &rest[..rest.find('"').unwrap()];
                 assert!(FAULT_POINTS.contains(&point), "{}: {point}", p.display());

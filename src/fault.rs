@@ -6,6 +6,27 @@
 //! under PMIx, in its first fence, just after `PMIx_Fence_nb` took its contribution),
 //! `in-connect` (after starting its connections, before they finish), `in-transfer` (half
 //! way through the messages of `openib stress`).
+//!
+//! One point makes the rank misbehave instead of dying: `lie-seq` (the transport sends its
+//! eager message number [`LIE_SEQ`] to every peer with a wrong sequence byte in the immediate
+//! header), so that the peers' check of what arrives is exercised end to end.
+
+/// The sequence number of the message that `OPENIB_FAULT=lie-seq:RANK` misnumbers.
+pub const LIE_SEQ: u32 = 100;
+
+/// Whether `OPENIB_FAULT` names `point` for `rank` (for the points that make a rank
+/// misbehave rather than die); says so on stderr when it does. A malformed `OPENIB_FAULT`
+/// arms nothing (and [`point`] says so).
+pub fn armed(point: &str, rank: u32) -> bool {
+    let hit = crate::config::pairs("OPENIB_FAULT").is_ok_and(|spec| {
+        spec.iter()
+            .any(|&(p, r)| p == point && r == u64::from(rank))
+    });
+    if hit {
+        say(&format!("openib: OPENIB_FAULT: rank {rank} will {point}"));
+    }
+    hit
+}
 
 /// Dies here (SIGKILL) if `OPENIB_FAULT` names `point` for `rank`. A malformed `OPENIB_FAULT`
 /// injects nothing and says so on stderr (once).

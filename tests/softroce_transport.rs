@@ -23,6 +23,7 @@ fn bench_moves_checked_data_through_both_paths() {
          echo '=== small-cq'; OPENIB_CQ_DEPTH=64 {b} run -n 2 --timeout 300 -- {b} bench --json --iters 300 --sizes 4096,16384 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== laps'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 30 --sizes 8,4096 --laps /tmp/laps.txt >/dev/null 2>/tmp/bench.err && cat /tmp/laps.txt || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== laps-unwritable'; {b} run -n 2 --timeout 300 -- {b} bench --iters 5 --sizes 8 --laps /proc/no-such-dir/laps.txt 2>&1; echo \"exit $?\"\n\
+         echo '=== lie'; OPENIB_FAULT=lie-seq:1 {b} run -n 2 --timeout 120 -- {b} bench --iters 200 --sizes 8 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n"
     );
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
@@ -47,6 +48,16 @@ fn bench_moves_checked_data_through_both_paths() {
     assert!(
         bad.contains("--laps /proc/no-such-dir/laps.txt:") && !bad.contains("exit 0"),
         "{bad}"
+    );
+    // A peer that misnumbers its eager message 100 (the immediate header's sequence byte reads
+    // 0x65): the receiver fails the endpoint and the bench names the cause, without waiting for
+    // its timeout.
+    let lie = harness::section(&out, "lie").unwrap_or_else(|| panic!("no lie: {out}"));
+    assert!(
+        lie.contains("malformed message: sequence ending in 0x65 where 100 is due")
+            && lie.contains("the endpoint to rank 1 failed")
+            && !lie.contains("exit 0"),
+        "{lie}"
     );
     for (section, sizes) in [
         ("run", vec![8, 64, 512, 4096, 8192, 65536, 262144, 1048576]),

@@ -8,7 +8,8 @@ use super::exit;
 use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
 use crate::transport::{
-    Completion, IdleBackoff, RemoteRegion, Transport, TransportConfig, TransportError,
+    Completion, EndpointState, IdleBackoff, RemoteRegion, Transport, TransportConfig,
+    TransportError,
 };
 use openib_sys::clock::{self, TickRate};
 use serde_json::json;
@@ -142,6 +143,16 @@ fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Resu
         MAX_POLL_GAP.with(|g| g.set(g.get().max(now.saturating_sub(last))));
         last = now;
         spins = spins.wrapping_add(1);
+        if spins % 256 == 0 {
+            // A failed endpoint sends nothing more: say why now rather than time out.
+            let peer = 1 - t.rank();
+            if let Some(EndpointState::Failed(why)) = t.endpoint_state(peer) {
+                return Err(format!(
+                    "the endpoint to rank {peer} failed while waiting for {} message {n}: {why}",
+                    inbox.name
+                ));
+            }
+        }
         if spins % 256 == 0 && now.saturating_sub(start) > limit {
             return Err(format!(
                 "timed out waiting for {} message {n} (have {}); endpoint: {}",

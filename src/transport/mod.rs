@@ -584,6 +584,17 @@ pub enum FailureCause {
     Local(String),
 }
 
+impl FailureCause {
+    /// The cause of an endpoint failing on `e`: the reason alone when `e` already says that an
+    /// endpoint failed (the failure is reported as that endpoint's, once).
+    fn local(e: TransportError) -> FailureCause {
+        match e {
+            TransportError::EndpointFailed { why, .. } => FailureCause::Local(why),
+            e => FailureCause::Local(e.to_string()),
+        }
+    }
+}
+
 /// A 64-bit remote atomic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AtomicOp {
@@ -903,6 +914,9 @@ struct Endpoint {
     sq_budget: Arc<SqBudget>,
     /// Largest message (header included) sent inline: what the QP granted.
     inline_max: usize,
+    /// The sequence number whose immediate header this endpoint misnumbers
+    /// (`OPENIB_FAULT=lie-seq`); `u32::MAX`: none.
+    lie_at_seq: u32,
 }
 
 /// The shared receive queue's state (see [`pool::CreditPool`]).
@@ -942,7 +956,7 @@ pub struct EndpointStats {
 }
 
 impl Endpoint {
-    fn new(sq_budget: Arc<SqBudget>) -> Endpoint {
+    fn new(sq_budget: Arc<SqBudget>, lie_at_seq: u32) -> Endpoint {
         Endpoint {
             state: EndpointState::Idle,
             conn: None,
@@ -966,6 +980,7 @@ impl Endpoint {
             stats: EndpointStats::default(),
             sq_budget,
             inline_max: 0,
+            lie_at_seq,
         }
     }
 
@@ -1084,7 +1099,14 @@ impl Endpoint {
         // An eager message carries its header in the immediate data when the returns fit.
         let imm = match kind {
             Kind::Eager if !payload.is_empty() => {
-                ImmHeader::fitting(tag, self.credits.to_return, self.credits.ctl_to_return, seq)
+                // OPENIB_FAULT=lie-seq: one wrong sequence byte, for the peer's check to catch.
+                let told = seq ^ u32::from(seq == self.lie_at_seq);
+                ImmHeader::fitting(
+                    tag,
+                    self.credits.to_return,
+                    self.credits.ctl_to_return,
+                    told,
+                )
             }
             _ => None,
         };
@@ -1269,10 +1291,15 @@ impl Transport {
         );
         cfg.rndv = rndv;
         let sq_budget = Arc::new(SqBudget::new(cfg.cq_depth));
+        let lie_at_seq = if crate::fault::armed("lie-seq", rt.info().rank) {
+            crate::fault::LIE_SEQ
+        } else {
+            u32::MAX
+        };
         let eps = w
             .plans
             .keys()
-            .map(|&p| (p, Endpoint::new(sq_budget.clone())))
+            .map(|&p| (p, Endpoint::new(sq_budget.clone(), lie_at_seq)))
             .collect();
         let preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>> = Default::default();
         let slot = HDR + cfg.eager_limit;
@@ -2058,7 +2085,7 @@ impl Transport {
                 _ => Ok(()),
             };
             if let Err(e) = r {
-                self.fail(peer, FailureCause::Local(e.to_string()));
+                self.fail(peer, FailureCause::local(e));
             }
         }
         self.wcs = wcs;
@@ -2080,7 +2107,7 @@ impl Transport {
         }
         for &p in &touched {
             if let Err(e) = self.drain(p) {
-                self.fail(p, FailureCause::Local(e.to_string()));
+                self.fail(p, FailureCause::local(e));
             }
         }
         self.touched = touched;
@@ -2142,7 +2169,7 @@ impl Transport {
                 Ok(attached) => attached,
                 Err(e) => {
                     // The endpoint failed: its early receives are failed with it below.
-                    self.fail(peer, FailureCause::Local(e.to_string()));
+                    self.fail(peer, FailureCause::local(e));
                     true
                 }
             };
@@ -2169,7 +2196,7 @@ impl Transport {
                     })
                 };
                 if let Err(e) = r {
-                    self.fail(peer, FailureCause::Local(e.to_string()));
+                    self.fail(peer, FailureCause::local(e));
                 }
             }
             self.drain(peer)?;
@@ -2910,7 +2937,7 @@ impl Transport {
             // Our reposts only matter to the peer: a credit-only message may be due now.
             let due = ep.state == EndpointState::Connected && ep.credits.credit_message_due();
             if let Err(e) = posted.and_then(|()| if due { self.drain(peer) } else { Ok(()) }) {
-                self.fail(peer, FailureCause::Local(e.to_string()));
+                self.fail(peer, FailureCause::local(e));
             }
         }
         peers.clear();
@@ -3241,5 +3268,25 @@ mod rndv_tests {
         assert!(!o.finished(), "the head is not written");
         o.next = 1 << 19;
         assert!(o.finished());
+    }
+}
+
+#[cfg(test)]
+mod cause_tests {
+    use super::{FailureCause, TransportError};
+
+    #[test]
+    fn an_endpoint_failure_is_named_once() {
+        let nested = TransportError::EndpointFailed {
+            peer: 1,
+            why: "malformed message: sequence ending in 0x65 where 100 is due".into(),
+        };
+        assert_eq!(
+            FailureCause::local(nested).to_string(),
+            "malformed message: sequence ending in 0x65 where 100 is due"
+        );
+        let other = TransportError::ReservedTag;
+        let text = other.to_string();
+        assert_eq!(FailureCause::local(other), FailureCause::Local(text));
     }
 }

@@ -657,6 +657,13 @@ pub static SETTINGS: &[Setting] = &[
         "SRQ buffers lent to the peers that are sending, beyond their grants (up to OPENIB_RECV_DEPTH credits each)",
     ),
     Setting::new(
+        "OPENIB_SIGNAL_EVERY",
+        C::Transport,
+        Kind::Int { min: 1, max: 64 },
+        Some("16"),
+        "at least one send request in this many asks for a completion; inline messages (up to the QP's inline size) go without one in between and are reported done with the next; 1: every request signaled",
+    ),
+    Setting::new(
         "OPENIB_WAIT_POLLS",
         C::Transport,
         Kind::Int {

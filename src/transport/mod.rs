@@ -192,7 +192,12 @@ const ANY_PEER: u32 = u32::MAX;
 /// must be `Send`).
 #[derive(Debug)]
 struct SqBudget {
+    /// Send requests posted and not yet retired, signaled or not: each may still come back as
+    /// a completion (an unsignaled one as a flush when its QP fails).
     in_flight: AtomicUsize,
+    /// Those of them that were signaled: completions that will come (what makes polling the
+    /// send queues worth it).
+    signaled: AtomicUsize,
     limit: AtomicUsize,
     /// An endpoint found no room: every endpoint with work is drained on the next progress.
     hit: AtomicBool,
@@ -204,6 +209,7 @@ impl SqBudget {
     fn new(cq_depth: u32) -> SqBudget {
         let b = SqBudget {
             in_flight: AtomicUsize::new(0),
+            signaled: AtomicUsize::new(0),
             limit: AtomicUsize::new(0),
             hit: AtomicBool::new(false),
             stalls: AtomicUsize::new(0),
@@ -231,12 +237,28 @@ impl SqBudget {
         ok
     }
 
-    fn posted(&self) {
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
+    /// Whether an unsignaled request may be posted: those in flight hold at most half the
+    /// limit, since one is retired only by a later signaled request of its own queue pair,
+    /// which a peer that is no longer sent to may never see.
+    fn unsignaled_room(&self) -> bool {
+        let unsignaled = self
+            .in_flight
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.signaled.load(Ordering::Relaxed));
+        unsignaled < self.limit.load(Ordering::Relaxed) / 2
     }
 
-    fn done(&self, n: usize) {
+    fn posted(&self, signaled: bool) {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        if signaled {
+            self.signaled.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// `n` requests retired, `signaled` of them signaled.
+    fn done(&self, n: usize, signaled: usize) {
         self.in_flight.fetch_sub(n, Ordering::Relaxed);
+        self.signaled.fetch_sub(signaled, Ordering::Relaxed);
     }
 }
 
@@ -346,6 +368,9 @@ pub struct TransportConfig {
     /// Idle progress calls in a row after which a waiting loop sleeps on the completion
     /// channel instead of polling; 0: never sleep.
     pub wait_polls: u32,
+    /// At least one send request in this many asks for a completion (inline messages may go
+    /// without one); 1: every one.
+    pub signal_every: u32,
     /// How this process takes incoming rendezvous messages (see [`wire`]).
     pub rndv: RndvProtocol,
 }
@@ -450,6 +475,7 @@ impl TransportConfig {
             srq_credits: config::u32("OPENIB_SRQ_CREDITS")?,
             srq_reserve: config::u32("OPENIB_SRQ_RESERVE")?,
             wait_polls: config::u32("OPENIB_WAIT_POLLS")?,
+            signal_every: config::u32("OPENIB_SIGNAL_EVERY")?,
             rndv: {
                 let write_percent = config::u32("OPENIB_RNDV_SPLIT")? as u8;
                 match config::choice("OPENIB_RNDV_PROTOCOL")? {
@@ -698,6 +724,14 @@ impl Op {
 enum Posted {
     /// A message in bounce slot `slot` (token 0: the transport's own).
     Msg { slot: usize, token: u64 },
+    /// An inline message without a token (`sendi`, a notice, a credit return; `ctl`: a
+    /// credit return) posted without a completion of its own, its slot free again at once:
+    /// retired by the next signaled request's completion, which an RC send queue reports only
+    /// after every earlier one.
+    Unsignaled { ctl: bool },
+    /// An empty RDMA write (IBTA C9-88: no address or key needed) posted signaled to retire the
+    /// unsignaled messages before it when no other request would.
+    Close,
     /// A put or get; holds the local region until it completes.
     Rdma {
         _local: Arc<MemoryRegion>,
@@ -719,31 +753,82 @@ enum Posted {
 /// (found in a few instructions, where a hash map costs a hash and a probe on every message);
 /// anything else is looked up from the front.
 #[derive(Default)]
-struct InFlight(VecDeque<(u32, Posted)>);
+struct InFlight {
+    queue: VecDeque<(u32, Posted)>,
+    /// Entries that are [`Posted::Unsignaled`] credit returns: nothing waits for them.
+    unsignaled_ctl: usize,
+    /// Entries that are [`Posted::Unsignaled`] messages (`flush` waits for them).
+    unsignaled_msg: usize,
+}
 
 impl InFlight {
     fn insert(&mut self, id: u32, p: Posted) {
-        self.0.push_back((id, p));
+        match p {
+            Posted::Unsignaled { ctl: true } => self.unsignaled_ctl += 1,
+            Posted::Unsignaled { ctl: false } => self.unsignaled_msg += 1,
+            _ => {}
+        }
+        self.queue.push_back((id, p));
     }
 
     fn remove(&mut self, id: u32) -> Option<Posted> {
-        if self.0.front().is_some_and(|(i, _)| *i == id) {
-            return self.0.pop_front().map(|(_, p)| p);
+        let p = if self.queue.front().is_some_and(|(i, _)| *i == id) {
+            self.queue.pop_front().map(|(_, p)| p)
+        } else {
+            let at = self.queue.iter().position(|(i, _)| *i == id)?;
+            self.queue.remove(at).map(|(_, p)| p)
+        };
+        match p {
+            Some(Posted::Unsignaled { ctl: true }) => self.unsignaled_ctl -= 1,
+            Some(Posted::Unsignaled { ctl: false }) => self.unsignaled_msg -= 1,
+            _ => {}
         }
-        let at = self.0.iter().position(|(i, _)| *i == id)?;
-        self.0.remove(at).map(|(_, p)| p)
+        p
+    }
+
+    /// Retires the unsignaled messages posted before request `id`, whose completion (or first
+    /// failure) came: they completed. Returns how many.
+    fn retire_unsignaled_before(&mut self, id: u32) -> usize {
+        let mut n = 0;
+        while let Some(&(i, Posted::Unsignaled { ctl })) = self.queue.front() {
+            if i == id {
+                break;
+            }
+            if ctl {
+                self.unsignaled_ctl -= 1;
+            } else {
+                self.unsignaled_msg -= 1;
+            }
+            self.queue.pop_front();
+            n += 1;
+        }
+        n
+    }
+
+    /// Whether `flush` must post a request to learn that unsignaled messages completed: one
+    /// of them is the newest request, so nothing posted after it will say so.
+    fn open_tail(&self) -> bool {
+        self.unsignaled_msg > 0 && matches!(self.queue.back(), Some((_, Posted::Unsignaled { .. })))
+    }
+
+    /// Requests whose completion someone waits for: all but unsignaled credit returns.
+    fn awaited(&self) -> usize {
+        self.queue.len() - self.unsignaled_ctl
+    }
+
+    /// How many requests are signaled (those whose completions will come).
+    fn signaled(&self) -> usize {
+        self.queue.len() - self.unsignaled_ctl - self.unsignaled_msg
     }
 
     fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.queue.len()
     }
 
     fn drain(&mut self) -> impl Iterator<Item = (u32, Posted)> + '_ {
-        self.0.drain(..)
+        self.unsignaled_ctl = 0;
+        self.unsignaled_msg = 0;
+        self.queue.drain(..)
     }
 }
 
@@ -917,6 +1002,10 @@ struct Endpoint {
     /// The sequence number whose immediate header this endpoint misnumbers
     /// (`OPENIB_FAULT=lie-seq`); `u32::MAX`: none.
     lie_at_seq: u32,
+    /// At least one send request in this many is signaled (`OPENIB_SIGNAL_EVERY`; 1: all).
+    signal_every: u32,
+    /// Unsignaled messages posted since the last signaled request.
+    unsignaled_run: u32,
 }
 
 /// The shared receive queue's state (see [`pool::CreditPool`]).
@@ -953,10 +1042,15 @@ pub struct EndpointStats {
     pub credit_messages: u64,
     /// Times a message waited for credits.
     pub credit_stalls: u64,
+    /// Send requests posted without a completion of their own (`OPENIB_SIGNAL_EVERY`).
+    pub unsignaled: u64,
+    /// Empty writes that `flush` posted to learn that unsignaled messages completed (nothing
+    /// posted after them would have said so).
+    pub tails_closed: u64,
 }
 
 impl Endpoint {
-    fn new(sq_budget: Arc<SqBudget>, lie_at_seq: u32) -> Endpoint {
+    fn new(sq_budget: Arc<SqBudget>, lie_at_seq: u32, signal_every: u32) -> Endpoint {
         Endpoint {
             state: EndpointState::Idle,
             conn: None,
@@ -981,12 +1075,14 @@ impl Endpoint {
             sq_budget,
             inline_max: 0,
             lie_at_seq,
+            signal_every,
+            unsignaled_run: 0,
         }
     }
 
     fn busy(&self) -> bool {
         !self.pending.is_empty()
-            || !self.posted.is_empty()
+            || self.posted.awaited() > 0
             || !self.outgoing.is_empty()
             || !self.incoming.is_empty()
             || !self.fins.is_empty()
@@ -1132,12 +1228,19 @@ impl Endpoint {
         let len = HDR + payload.len() - start;
         let sge = mr.sge(slot * slot_len + start, len)?;
         let id = self.id();
+        let inline = len <= self.inline_max;
+        // An inline message needs no completion to free its slot, and one without a token
+        // reports none: only one in `signal_every` asks for one, and retires those before it.
+        let signaled = !inline
+            || token != 0
+            || self.unsignaled_run + 1 >= self.signal_every
+            || !self.sq_budget.unsignaled_room();
         self.conn.as_ref().expect("connected").qp.post_send_sge(
             wr(peer, KIND_SQ, id),
             op,
             &sge,
-            true,
-            len <= self.inline_max,
+            signaled,
+            inline,
         )?;
         if kind == Kind::Credit {
             self.credits.ctl -= 1;
@@ -1145,8 +1248,18 @@ impl Endpoint {
         } else {
             self.credits.data -= 1;
         }
-        self.posted.insert(id, Posted::Msg { slot, token });
-        self.sq_budget.posted();
+        if signaled {
+            self.unsignaled_run = 0;
+            self.posted.insert(id, Posted::Msg { slot, token });
+        } else {
+            // The payload is in the work request: the slot is free again.
+            self.free_send.push(slot);
+            self.unsignaled_run += 1;
+            self.stats.unsignaled += 1;
+            let ctl = kind == Kind::Credit;
+            self.posted.insert(id, Posted::Unsignaled { ctl });
+        }
+        self.sq_budget.posted(signaled);
         Ok(())
     }
 
@@ -1196,8 +1309,41 @@ impl Endpoint {
             true,
             false,
         )?;
+        self.unsignaled_run = 0;
         self.posted.insert(id, p);
-        self.sq_budget.posted();
+        self.sq_budget.posted(true);
+        Ok(())
+    }
+
+    /// Posts an empty signaled RDMA write when the newest request is an unsignaled message
+    /// (not a credit return), so that its completion is reported; a no-op otherwise or when
+    /// the endpoint is not connected or its send queue is full (the next call tries again).
+    fn close_tail(&mut self, peer: u32) -> Result<(), TransportError> {
+        if self.state != EndpointState::Connected
+            || !self.posted.open_tail()
+            || self.posted.len() >= MAX_QUEUE as usize
+        {
+            return Ok(());
+        }
+        let id = self.id();
+        self.conn
+            .as_ref()
+            .expect("connected")
+            .qp
+            .post_send(&openib_sys::SendRequest {
+                wr_id: wr(peer, KIND_SQ, id),
+                op: SendOp::RdmaWrite {
+                    remote_addr: 0,
+                    rkey: 0,
+                },
+                sges: Vec::new(),
+                signaled: true,
+                inline: false,
+            })?;
+        self.unsignaled_run = 0;
+        self.posted.insert(id, Posted::Close);
+        self.sq_budget.posted(true);
+        self.stats.tails_closed += 1;
         Ok(())
     }
 }
@@ -1299,7 +1445,12 @@ impl Transport {
         let eps = w
             .plans
             .keys()
-            .map(|&p| (p, Endpoint::new(sq_budget.clone(), lie_at_seq)))
+            .map(|&p| {
+                (
+                    p,
+                    Endpoint::new(sq_budget.clone(), lie_at_seq, cfg.signal_every),
+                )
+            })
             .collect();
         let preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>> = Default::default();
         let slot = HDR + cfg.eager_limit;
@@ -1922,6 +2073,7 @@ impl Transport {
         let mut backoff = IdleBackoff::default();
         let mut rounds = 0u32;
         loop {
+            self.close_tails();
             self.progress_idle(&mut backoff)?;
             rounds = rounds.wrapping_add(1);
             out.append(&mut self.done);
@@ -2018,7 +2170,7 @@ impl Transport {
             // flight there is nothing to poll for but the flushes of a dropped connection,
             // which the periodic poll collects: a waiting loop polls one queue, not two. A
             // failed receive brings them in at once: the cause of a flush may be there.
-            if (received == 0 && self.sq_budget.in_flight.load(Ordering::Relaxed) > 0)
+            if (received == 0 && self.sq_budget.signaled.load(Ordering::Relaxed) > 0)
                 || self.progress_calls % SEND_POLL_EVERY == 0
                 || wcs.iter().any(|wc| !wc.is_success())
             {
@@ -2065,6 +2217,14 @@ impl Transport {
                     // The buffer belongs to the SRQ, not to the failed connection.
                     if let Err(e) = self.srq.as_mut().expect("SRQ buffer").repost(id) {
                         tracing::warn!(error = %e, "SRQ buffer not reposted");
+                    }
+                }
+                if kind == KIND_SQ {
+                    // Unsignaled messages before the first failed request completed (a failed
+                    // or flushed one reports itself, signaled or not).
+                    if let Some(ep) = self.eps.get_mut(&peer) {
+                        let retired = ep.posted.retire_unsignaled_before(id);
+                        ep.sq_budget.done(retired, 0);
                     }
                 }
                 self.fail(
@@ -2221,6 +2381,23 @@ impl Transport {
         Ok(())
     }
 
+    /// Closes every open tail of unsignaled messages (see [`Endpoint::close_tail`]), for
+    /// `flush`.
+    fn close_tails(&mut self) {
+        let mut failed = Vec::new();
+        for (peer, ep) in self.eps.iter_mut() {
+            if !ep.posted.open_tail() {
+                continue;
+            }
+            if let Err(e) = ep.close_tail(peer) {
+                failed.push((peer, e));
+            }
+        }
+        for (peer, e) in failed {
+            self.fail(peer, FailureCause::local(e));
+        }
+    }
+
     /// Hands a connection to its endpoint; `false` when it was dropped instead (no endpoint,
     /// or one that is connected already).
     fn attach(&mut self, c: Connection) -> Result<bool, TransportError> {
@@ -2349,9 +2526,14 @@ impl Transport {
         let Some(ep) = self.eps.get_mut(&peer) else {
             return Ok(());
         };
+        let retired = ep.posted.retire_unsignaled_before(id);
+        ep.sq_budget.done(retired, 0);
         let posted = ep.posted.remove(id);
-        if posted.is_some() {
-            ep.sq_budget.done(1);
+        match posted {
+            // A provider that reports every request (it may): retired like the others.
+            Some(Posted::Unsignaled { .. }) => ep.sq_budget.done(1, 0),
+            Some(_) => ep.sq_budget.done(1, 1),
+            None => {}
         }
         match posted {
             Some(Posted::Msg { slot, token }) => {
@@ -2393,7 +2575,7 @@ impl Transport {
                     release_outgoing(ep, peer, seq, &mut self.cache, &mut self.done);
                 }
             }
-            None => {}
+            Some(Posted::Close) | Some(Posted::Unsignaled { .. }) | None => {}
         }
         Ok(())
     }
@@ -2973,13 +3155,16 @@ impl Transport {
         tracing::info!(peer, error = %why, "endpoint failed");
         ep.state = EndpointState::Failed(why.clone());
         let mut tokens: Vec<u64> = ep.pending.drain(..).map(|o| o.token()).collect();
-        ep.sq_budget.done(ep.posted.len());
+        ep.sq_budget.done(ep.posted.len(), ep.posted.signaled());
         for (_, p) in ep.posted.drain() {
             match p {
                 Posted::Msg { token, .. }
                 | Posted::Rdma { token, .. }
                 | Posted::Atomic { token, .. } => tokens.push(token),
-                Posted::Read { .. } | Posted::Write { .. } => {}
+                Posted::Read { .. }
+                | Posted::Write { .. }
+                | Posted::Close
+                | Posted::Unsignaled { .. } => {}
             }
         }
         // Stop the QP before releasing buffers its requests name; buffers of transfers that were
@@ -3075,14 +3260,24 @@ mod budget_tests {
         b.set_connected(64, 1);
         for _ in 0..40 {
             assert!(b.room());
-            b.posted();
+            b.posted(true);
         }
         assert!(!b.room(), "full at the limit");
         assert!(b.hit.swap(false, Ordering::Relaxed));
         assert_eq!(b.stalls.load(Ordering::Relaxed), 1);
-        b.done(1);
+        b.done(1, 1);
         assert!(b.room());
         assert!(!b.hit.load(Ordering::Relaxed));
+        // Unsignaled requests hold at most half the limit (40), whatever is signaled.
+        for _ in 0..19 {
+            assert!(b.unsignaled_room());
+            b.posted(false);
+        }
+        assert!(b.unsignaled_room(), "19 of 20");
+        b.posted(false);
+        assert!(!b.unsignaled_room(), "half the limit");
+        b.done(1, 0);
+        assert!(b.unsignaled_room());
     }
 }
 
@@ -3288,5 +3483,53 @@ mod cause_tests {
         let other = TransportError::ReservedTag;
         let text = other.to_string();
         assert_eq!(FailureCause::local(other), FailureCause::Local(text));
+    }
+}
+
+#[cfg(test)]
+mod inflight_tests {
+    use super::{InFlight, Posted};
+
+    fn msg(token: u64) -> Posted {
+        Posted::Msg { slot: 0, token }
+    }
+
+    #[test]
+    fn a_signaled_completion_retires_the_unsignaled_before_it() {
+        let mut f = InFlight::default();
+        f.insert(1, Posted::Unsignaled { ctl: false });
+        f.insert(2, Posted::Unsignaled { ctl: true });
+        f.insert(3, msg(7));
+        f.insert(4, Posted::Unsignaled { ctl: false });
+        assert_eq!((f.len(), f.signaled(), f.awaited()), (4, 1, 3));
+        assert!(f.open_tail(), "request 4 is unsignaled and newest");
+        assert_eq!(f.retire_unsignaled_before(3), 2);
+        assert!(matches!(f.remove(3), Some(Posted::Msg { token: 7, .. })));
+        assert_eq!((f.len(), f.signaled(), f.awaited()), (1, 0, 1));
+        // Nothing signaled before the tail: retiring stops at the request named.
+        assert_eq!(f.retire_unsignaled_before(4), 0);
+        f.insert(5, Posted::Close);
+        assert!(!f.open_tail(), "the close is newest");
+        assert_eq!(f.retire_unsignaled_before(5), 1);
+        assert!(matches!(f.remove(5), Some(Posted::Close)));
+        assert_eq!((f.len(), f.signaled(), f.awaited()), (0, 0, 0));
+    }
+
+    #[test]
+    fn credit_returns_alone_are_not_waited_for() {
+        let mut f = InFlight::default();
+        f.insert(1, Posted::Unsignaled { ctl: true });
+        f.insert(2, Posted::Unsignaled { ctl: true });
+        assert_eq!(f.awaited(), 0, "flush does not wait for credit returns");
+        assert!(!f.open_tail(), "and does not close a tail of them");
+        // A provider that reports an unsignaled request anyway: its counters follow.
+        assert!(matches!(
+            f.remove(2),
+            Some(Posted::Unsignaled { ctl: true })
+        ));
+        assert_eq!((f.len(), f.awaited()), (1, 0));
+        assert_eq!(f.drain().count(), 1);
+        f.insert(3, Posted::Unsignaled { ctl: false });
+        assert_eq!((f.len(), f.awaited(), f.signaled()), (1, 1, 0));
     }
 }

@@ -44,6 +44,14 @@ impl<T> PeerMap<T> {
             .filter_map(|(i, v)| v.as_ref().map(|v| (i as u32, v)))
     }
 
+    /// (rank, value) in rank order, mutably.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut T)> + '_ {
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(|(i, v)| v.as_mut().map(|v| (i as u32, v)))
+    }
+
     /// The ranks present, in order.
     pub fn keys(&self) -> impl Iterator<Item = u32> + '_ {
         self.iter().map(|(p, _)| p)

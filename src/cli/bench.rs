@@ -41,6 +41,11 @@ pub struct BenchArgs {
     /// ib_send_lat -U prints its own).
     #[arg(long, value_name = "FILE")]
     pub laps: Option<std::path::PathBuf>,
+    /// Send every message of the copying ping-pongs and streams with `send`. By default a
+    /// message up to the eager limit goes through `sendi` when the endpoint takes it at once
+    /// (as Open MPI's ob1 tries its BTL's sendi first), and through `send` otherwise.
+    #[arg(long)]
+    pub no_sendi: bool,
 }
 
 /// Round trips left out of `latency_trimmed_us`: the slowest two, as ib_send_lat leaves them
@@ -438,7 +443,16 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             (&mut want_data, &mut want_notes),
             (iters, size, timeout),
             (first[k], ""),
-            |t| t.send(peer, TAG_DATA, &msg),
+            |t| {
+                if size <= eager && !a.no_sendi {
+                    match t.sendi(peer, TAG_DATA, &msg) {
+                        Ok(()) => return Ok(0),
+                        Err(TransportError::Busy { .. }) => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                t.send(peer, TAG_DATA, &msg)
+            },
         )?;
         let max_poll_gap_us = copied.max_poll_gap_us;
         if let (Some(f), Some(path)) = (laps_file.as_mut(), &a.laps) {
@@ -555,7 +569,8 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                         "rndv_protocol": t.config().rndv.to_string(),
                         "srq": t.uses_srq(), "send_budget": t.send_budget(),
                         "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
-                        "shared_registrations": t.shared_reg_stats()})
+                        "shared_registrations": t.shared_reg_stats(),
+                        "endpoint": t.endpoint_stats(peer)})
                 )
                 .expect("serialises")
             );

@@ -169,7 +169,7 @@ int openib_send_nocopy(openib_t *t, uint32_t peer, uint8_t tag, const void *buf,
  * at once (the connection is not up yet, earlier operations to that peer are still queued, or
  * no credit or send slot is free). Then call openib_progress and retry (or use openib_send).
  * The first call to an unconnected peer starts the connection and returns OPENIB_ERR_BUSY.
- * It has no token and reports no completion. */
+ * It has no token and reports no completion; openib_flush waits until the peer has it. */
 int openib_sendi(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_t len);
 
 /* --- registered memory and RDMA ------------------------------------------------------------ */

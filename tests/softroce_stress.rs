@@ -30,13 +30,13 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
          echo '=== large-mixed'; {b} run -n 2 --timeout 500 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_RNDV_PROTOCOL=read; else export OPENIB_RNDV_SPLIT=30; fi; exec {b} stress --json --check-resources --shared --messages 100 --max-size 300000 --threads 2 --puts 5 --atomics 0 --seed 17' || echo FAILED\n\
          echo '=== bounded'; OPENIB_PINNED_MAX=4194304 {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 1048576 --threads 2 --puts 5 --atomics 0 --seed 18 || echo FAILED\n\
          echo '=== shared'; OPENIB_PINNED_MAX=4194304 {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --shared --messages 300 --max-size 1048576 --threads 2 --puts 5 --atomics 0 --seed 18 || echo FAILED\n\
-         echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
+         echo '=== contention'; {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --sendi --messages 300 --max-size 65536 --threads 3 --puts 10 --atomics 40 --seed 9 || echo FAILED\n\
          echo '=== rdmacm'; OPENIB_CPC_INCLUDE=rdmacm {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 10 || echo FAILED\n\
          echo '=== oob'; OPENIB_CPC_INCLUDE=oob {b} run -n 2 --timeout 500 -- {b} stress --json --check-resources --messages 200 --max-size 200000 --threads 2 --puts 5 --atomics 5 --seed 11 || echo FAILED\n\
-         echo '=== srq'; OPENIB_SRQ=on OPENIB_SRQ_CREDITS=4 OPENIB_SRQ_RESERVE=8 {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 400 --max-size 65536 --threads 2 --puts 5 --atomics 5 --seed 13 || echo FAILED\n\
+         echo '=== srq'; OPENIB_SRQ=on OPENIB_SRQ_CREDITS=4 OPENIB_SRQ_RESERVE=8 {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --sendi --messages 400 --max-size 65536 --threads 2 --puts 5 --atomics 5 --seed 13 || echo FAILED\n\
          echo '=== srq-auto'; OPENIB_SRQ_PEERS=1 OPENIB_CPC_INCLUDE=rdmacm {b} run -n 3 --timeout 500 -- {b} stress --json --check-resources --messages 100 --max-size 300000 --threads 1 --puts 5 --atomics 5 --seed 14 || echo FAILED\n\
          echo '=== srq-survive'; OPENIB_SRQ=on OPENIB_SRQ_RESERVE=16 OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 300 --max-size 100000 --threads 2 --puts 5 --atomics 5 --seed 15 2>&1; echo rc=$?\n\
-         echo '=== survive'; OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --messages 400 --max-size 200000 --threads 2 --puts 10 --atomics 10 --seed 12 2>&1; echo rc=$?\n\
+         echo '=== survive'; OPENIB_FAULT=in-transfer:2 {b} run -n 3 --timeout 500 -- {b} stress --json --survive --sendi --messages 400 --max-size 200000 --threads 2 --puts 10 --atomics 10 --seed 12 2>&1; echo rc=$?\n\
          echo '=== rnr-after'; {rnr}; echo\n\
          echo '=== end'\n"
     );
@@ -60,6 +60,8 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
         // 4 MiB: kept ones are reused only for the same bytes, evicted ones are dropped, and
         // freed addresses come back from the allocator (a stale registration would corrupt).
         ("shared", 2, 300, 2, 0),
+        // Three threads to two peers each, every second message up to the eager limit by
+        // `sendi` (no token; mostly unsignaled), mixed with `send` on the same endpoints.
         ("contention", 3, 300, 3, 40),
         // Every CPC's queue pairs carry the rendezvous reads and atomics (rdmacm's active side
         // once refused them).
@@ -107,6 +109,19 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
             }
         }
         assert_eq!(received, messages * ranks as u64, "{name}: {text}");
+        if name == "contention" || name == "srq" {
+            // --sendi: some messages went by sendi, and some send requests unsignaled.
+            for v in &lines {
+                assert!(v["sendi"].as_u64().unwrap() > 0, "{name}: {v}");
+                let unsignaled: u64 = v["endpoints"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|e| e["stats"]["unsignaled"].as_u64().unwrap())
+                    .sum();
+                assert!(unsignaled > 0, "{name}: {v}");
+            }
+        }
         if name == "shared" {
             for v in &lines {
                 let r = &v["shared_registrations"];

@@ -14,6 +14,7 @@ use crate::modex::exchange::ExchangeMode;
 use crate::ping::PingConfig;
 use crate::transport::{
     Completion, EndpointState, RemoteRegion, SharedTransport, Transport, TransportConfig,
+    TransportError,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -67,6 +68,11 @@ pub struct StressArgs {
     /// content.
     #[arg(long)]
     pub shared: bool,
+    /// Send every second message up to the eager limit (of those `--shared` leaves to `send`)
+    /// with `sendi` when the endpoint takes it at once, with `send` otherwise: no token, and
+    /// mostly no signaled send request (OPENIB_SIGNAL_EVERY), checked like the others.
+    #[arg(long)]
+    pub sendi: bool,
 }
 
 const TAG_REGION: u8 = 2;
@@ -242,6 +248,9 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
 
     // Completion routing: a token belongs to the thread that got it.
     let owner: Arc<Mutex<HashMap<u64, usize>>> = Default::default();
+    // Messages sent with `sendi` (--sendi), all threads.
+    let sendi_count = Arc::new(AtomicU64::new(0));
+    let eager = t.lock().eager_limit();
     let outstanding: Arc<Vec<AtomicUsize>> =
         Arc::new((0..threads).map(|_| AtomicUsize::new(0)).collect());
     let failed = Arc::new(AtomicBool::new(false));
@@ -316,7 +325,8 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             let peers = peers.clone();
             let n = per_thread(th);
             let window = a.window.max(1);
-            let shared = a.shared;
+            let (shared, use_sendi) = (a.shared, a.sendi);
+            let sendi_count = sendi_count.clone();
             hs.push(s.spawn(move || -> Result<(), String> {
                 let mut idx: HashMap<u32, u64> = HashMap::new();
                 let mut buf = Vec::new();
@@ -345,12 +355,23 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                     let tag = TAG_STREAM + th as u8;
                     let sent = if shared && k % 2 == 1 {
                         let bytes: Arc<[u8]> = std::mem::take(&mut buf).into();
-                        g.send_shared(dst, tag, &bytes)
+                        g.send_shared(dst, tag, &bytes).map(Some)
+                    } else if use_sendi && (k / 2) % 2 == 0 && buf.len() <= eager {
+                        match g.sendi(dst, tag, &buf) {
+                            Ok(()) => Ok(None),
+                            Err(TransportError::Busy { .. }) => g.send(dst, tag, &buf).map(Some),
+                            Err(e) => Err(e),
+                        }
                     } else {
-                        g.send(dst, tag, &buf)
+                        g.send(dst, tag, &buf).map(Some)
                     };
                     let token = match sent {
-                        Ok(token) => token,
+                        Ok(Some(token)) => token,
+                        Ok(None) => {
+                            // sendi: no token to wait for; the receiver checks it like the rest.
+                            sendi_count.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
                         Err(e) if survive && is_peer_failure(&e) => {
                             dead.lock().expect("dead").insert(dst);
                             continue;
@@ -615,6 +636,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         "atomics": atomics_each * threads as u64 * 2,
         "cache": cache,
         "shared_registrations": shared_registrations,
+        "sendi": sendi_count.load(Ordering::Relaxed),
         "srq": srq,
         "recv_buffer_bytes": recv_buffer_bytes,
         "endpoints": stats,

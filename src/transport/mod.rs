@@ -1315,6 +1315,13 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Retires the unsignaled requests posted before request `id` (see
+    /// [`InFlight::retire_unsignaled_before`]) and gives their room in the send budget back.
+    fn retire_unsignaled_before(&mut self, id: u32) {
+        let retired = self.posted.retire_unsignaled_before(id);
+        self.sq_budget.done(retired, 0);
+    }
+
     /// Posts an empty signaled RDMA write when the newest request is an unsignaled message
     /// (not a credit return), so that its completion is reported; a no-op otherwise or when
     /// the endpoint is not connected or its send queue is full (the next call tries again).
@@ -2226,8 +2233,7 @@ impl Transport {
                     // Unsignaled messages before the first failed request completed (a failed
                     // or flushed one reports itself, signaled or not).
                     if let Some(ep) = self.eps.get_mut(&peer) {
-                        let retired = ep.posted.retire_unsignaled_before(id);
-                        ep.sq_budget.done(retired, 0);
+                        ep.retire_unsignaled_before(id);
                     }
                 }
                 self.fail(
@@ -2529,8 +2535,7 @@ impl Transport {
         let Some(ep) = self.eps.get_mut(&peer) else {
             return Ok(());
         };
-        let retired = ep.posted.retire_unsignaled_before(id);
-        ep.sq_budget.done(retired, 0);
+        ep.retire_unsignaled_before(id);
         let posted = ep.posted.remove(id);
         match posted {
             // A provider that reports every request (it may): retired like the others.

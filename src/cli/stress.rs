@@ -69,13 +69,17 @@ pub struct StressArgs {
     #[arg(long)]
     pub shared: bool,
     /// Send every second message up to the eager limit (of those `--shared` leaves to `send`)
-    /// with `sendi` when the endpoint takes it at once, with `send` otherwise: no token, and
-    /// mostly no signaled send request (OPENIB_SIGNAL_EVERY), checked like the others.
+    /// with `sendi` (no token, and mostly no signaled send request: OPENIB_SIGNAL_EVERY),
+    /// checked like the others. While the endpoint is busy the thread progresses and tries
+    /// again, for up to 20 ms; then that message goes by `send`.
     #[arg(long)]
     pub sendi: bool,
 }
 
 const TAG_REGION: u8 = 2;
+/// How long a `--sendi` message waits (progressing) for the endpoint to take it before it goes
+/// by `send` instead.
+const SENDI_PATIENCE: Duration = Duration::from_millis(20);
 const TAG_DONE: u8 = 3;
 const TAG_STREAM: u8 = 10;
 const PUT_SLICE: usize = 1 << 20;
@@ -357,10 +361,24 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                         let bytes: Arc<[u8]> = std::mem::take(&mut buf).into();
                         g.send_shared(dst, tag, &bytes).map(Some)
                     } else if use_sendi && (k / 2) % 2 == 0 && buf.len() <= eager {
-                        match g.sendi(dst, tag, &buf) {
-                            Ok(()) => Ok(None),
-                            Err(TransportError::Busy { .. }) => g.send(dst, tag, &buf).map(Some),
-                            Err(e) => Err(e),
+                        // Busy (no credit, or queued sends ahead): progress and try again, as a
+                        // caller that wants back-pressure does, for at most SENDI_PATIENCE;
+                        // then `send`. Falling back at once starved `sendi` whenever `send`s
+                        // kept the queue from emptying (a 16-buffer SRQ shared by two peers).
+                        let patience = Instant::now() + SENDI_PATIENCE;
+                        loop {
+                            match g.sendi(dst, tag, &buf) {
+                                Ok(()) => break Ok(None),
+                                Err(TransportError::Busy { .. }) if Instant::now() < patience => {
+                                    drop(g);
+                                    reap(&t)?;
+                                    g = t.lock();
+                                }
+                                Err(TransportError::Busy { .. }) => {
+                                    break g.send(dst, tag, &buf).map(Some)
+                                }
+                                Err(e) => break Err(e),
+                            }
                         }
                     } else {
                         g.send(dst, tag, &buf).map(Some)

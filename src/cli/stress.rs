@@ -77,12 +77,12 @@ pub struct StressArgs {
 }
 
 const TAG_REGION: u8 = 2;
-/// How long a `--sendi` message waits (progressing) for the endpoint to take it before it goes
-/// by `send` instead.
-const SENDI_PATIENCE: Duration = Duration::from_millis(20);
 const TAG_DONE: u8 = 3;
 const TAG_STREAM: u8 = 10;
 const PUT_SLICE: usize = 1 << 20;
+/// How long a `--sendi` message waits (progressing) for the endpoint to take it before it goes
+/// by `send` instead.
+const SENDI_PATIENCE: Duration = Duration::from_millis(20);
 
 pub fn run(a: &StressArgs) -> i32 {
     match stress(a) {

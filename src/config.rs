@@ -664,6 +664,16 @@ pub static SETTINGS: &[Setting] = &[
         "at least one send request in this many asks for a completion; inline messages (up to the QP's inline size) go without one in between and are reported done with the next; 1: every request signaled",
     ),
     Setting::new(
+        "OPENIB_YIELD_AFTER_US",
+        C::Transport,
+        Kind::Int {
+            min: 0,
+            max: 1_000_000,
+        },
+        Some("50"),
+        "microseconds a waiting loop spins without finding work before it yields the CPU between polls (sched_yield); 0: yield after every idle poll (for nodes with more processes than cores)",
+    ),
+    Setting::new(
         "OPENIB_WAIT_POLLS",
         C::Transport,
         Kind::Int {

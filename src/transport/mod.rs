@@ -275,38 +275,43 @@ fn unwr(id: u64) -> (u32, u64, u32) {
 }
 
 /// The waiting policy of loops that progress until something happens
-/// ([`Transport::progress_idle`]): spin while there is work; after 256 idle polls, yield the
-/// CPU between polls; after [`TransportConfig::wait_polls`] idle polls, sleep on the port's
-/// completion channel until a completion arrives (at most 2 ms, so connection services and
-/// failure notices are still polled; each further sleep that woke to nothing lasts twice as
-/// long, up to 16 ms, so a long-idle process wakes rarely). A waiting process otherwise takes
-/// the CPU that software devices such as rxe need to move the data it waits for.
+/// ([`Transport::progress_idle`]): spin while there is work and for
+/// [`TransportConfig::yield_after`] of idle polls (timed by the tick counter, so the policy
+/// does not depend on how fast a machine polls); then yield the CPU between polls; after
+/// [`TransportConfig::wait_polls`] idle polls, sleep on the port's completion channel until
+/// a completion arrives (at most 2 ms, so connection services and failure notices are still
+/// polled; each further sleep that woke to nothing lasts twice as long, up to 16 ms, so a
+/// long-idle process wakes rarely). A long wait otherwise takes the CPU that other processes
+/// and software devices such as rxe need.
 #[derive(Debug, Default)]
 pub struct IdleBackoff {
     idle: u32,
+    /// The tick of the first idle poll of the current idle stretch.
+    idle_since: u64,
     /// Sleeps in a row that woke to nothing.
     naps: u32,
 }
 
 impl IdleBackoff {
-    /// Call after each `progress` with how many completions it handled; yields the CPU once
-    /// the loop has been idle for a while. (Loops that can sleep use
-    /// [`Transport::progress_idle`] instead.)
-    pub fn after(&mut self, handled: usize) {
-        if self.count(handled) > 256 {
-            std::thread::yield_now();
-        }
-    }
-
-    /// Counts an idle poll (or resets on work); the idle polls in a row.
+    /// Counts an idle poll (or resets on work); the idle polls in a row. The first idle poll
+    /// of a stretch reads the tick counter.
     fn count(&mut self, handled: usize) -> u32 {
         if handled == 0 {
+            if self.idle == 0 {
+                self.idle_since = clock::ticks();
+            }
             self.idle = self.idle.saturating_add(1);
         } else {
             self.idle = 0;
             self.naps = 0;
         }
         self.idle
+    }
+
+    /// Whether an idle loop has spun for `spin_ticks` or more (0: from its first idle poll).
+    fn should_yield(&self, spin_ticks: u64) -> bool {
+        self.idle > 0
+            && (spin_ticks == 0 || clock::ticks().saturating_sub(self.idle_since) >= spin_ticks)
     }
 
     /// The limit of the next sleep (call once per sleep): [`SERVICE_POLL`] after work, then
@@ -365,6 +370,9 @@ pub struct TransportConfig {
     pub srq_credits: u32,
     /// SRQ buffers lent to sending peers beyond their grants.
     pub srq_reserve: u32,
+    /// How long a waiting loop spins without finding work before it yields the CPU between
+    /// polls; zero: it yields after every idle poll.
+    pub yield_after: Duration,
     /// Idle progress calls in a row after which a waiting loop sleeps on the completion
     /// channel instead of polling; 0: never sleep.
     pub wait_polls: u32,
@@ -474,6 +482,7 @@ impl TransportConfig {
             srq_peers: config::u32("OPENIB_SRQ_PEERS")?,
             srq_credits: config::u32("OPENIB_SRQ_CREDITS")?,
             srq_reserve: config::u32("OPENIB_SRQ_RESERVE")?,
+            yield_after: Duration::from_micros(config::u32("OPENIB_YIELD_AFTER_US")?.into()),
             wait_polls: config::u32("OPENIB_WAIT_POLLS")?,
             signal_every: config::u32("OPENIB_SIGNAL_EVERY")?,
             rndv: {
@@ -1391,6 +1400,8 @@ pub struct Transport {
     /// two: the hot loop reads the time-stamp counter, not the clock.
     last_service_tick: u64,
     service_ticks: u64,
+    /// [`TransportConfig::yield_after`] in ticks.
+    yield_after_ticks: u64,
     /// The tick counter's rate, measured while the transport opened.
     tick_rate: TickRate,
     progress_calls: u32,
@@ -1518,6 +1529,7 @@ impl Transport {
         // Opening took more than a millisecond: long enough to measure the tick rate over.
         let tick_rate = TickRate::between(calibration, (Instant::now(), clock::ticks()))
             .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
+        let yield_after_ticks = tick_rate.ticks_in(cfg.yield_after);
         Ok(Transport {
             eps,
             sq_budget,
@@ -1536,6 +1548,7 @@ impl Transport {
             wcs: Vec::with_capacity(64),
             last_service_tick: clock::ticks(),
             service_ticks: tick_rate.ticks_in(SERVICE_POLL),
+            yield_after_ticks,
             tick_rate,
             progress_calls: 0,
             reading_peers: Default::default(),
@@ -2292,7 +2305,7 @@ impl Transport {
     /// completions handled.
     pub fn progress_idle(&mut self, backoff: &mut IdleBackoff) -> Result<usize, TransportError> {
         let n = self.progress()?;
-        if backoff.count(n) <= 256 {
+        if backoff.count(n) == 0 {
             return Ok(n);
         }
         if backoff.should_sleep(self.cfg.wait_polls) {
@@ -2306,7 +2319,9 @@ impl Transport {
             backoff.count(n);
             return Ok(n);
         }
-        std::thread::yield_now();
+        if backoff.should_yield(self.yield_after_ticks) {
+            std::thread::yield_now();
+        }
         Ok(n)
     }
 
@@ -3320,6 +3335,30 @@ mod backoff_tests {
         assert_eq!(w.next_warning_at(), 2 * first);
         w.check(5 * first);
         assert_eq!(w.next_warning_at(), 10 * first);
+    }
+
+    #[test]
+    fn an_idle_loop_yields_once_it_has_spun_its_time_and_work_starts_it_over() {
+        let mut b = IdleBackoff::default();
+        // Yielding at once (0) still needs an idle poll: a loop that found work goes on.
+        assert!(!b.should_yield(0));
+        b.count(0);
+        assert!(b.should_yield(0));
+        assert!(!b.should_yield(u64::MAX), "yielded before its spin time");
+        let since = b.idle_since;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        b.count(0);
+        assert_eq!(
+            b.idle_since, since,
+            "a later idle poll restarted the stretch"
+        );
+        assert!(b.should_yield(1));
+        b.count(2);
+        assert!(!b.should_yield(0));
+        // A new idle stretch is timed from its own first idle poll.
+        b.count(0);
+        assert!(b.idle_since > since);
+        assert!(!b.should_yield(u64::MAX));
     }
 
     #[test]

@@ -127,7 +127,7 @@ impl SharedTransport {
             rounds = rounds.wrapping_add(1);
             let n = self.progress()?;
             backoff.count(n);
-            if backoff.idle > 256 && backoff.should_sleep(wait_polls) {
+            if backoff.should_sleep(wait_polls) {
                 // Armed under the lock, slept on without it: other threads go on meanwhile.
                 let (n, sleeper) = self.lock().arm_sleep()?;
                 match sleeper {

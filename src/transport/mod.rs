@@ -308,10 +308,10 @@ impl IdleBackoff {
         self.idle
     }
 
-    /// Whether an idle loop has spun for `spin_ticks` or more (0: from its first idle poll).
-    fn should_yield(&self, spin_ticks: u64) -> bool {
-        self.idle > 0
-            && (spin_ticks == 0 || clock::ticks().saturating_sub(self.idle_since) >= spin_ticks)
+    /// Whether an idle loop has spun for `spin_ticks` or more by the tick `now` (0: from its
+    /// first idle poll).
+    fn should_yield(&self, spin_ticks: u64, now: u64) -> bool {
+        self.idle > 0 && (spin_ticks == 0 || now.saturating_sub(self.idle_since) >= spin_ticks)
     }
 
     /// The limit of the next sleep (call once per sleep): [`SERVICE_POLL`] after work, then
@@ -1402,6 +1402,8 @@ pub struct Transport {
     service_ticks: u64,
     /// [`TransportConfig::yield_after`] in ticks.
     yield_after_ticks: u64,
+    /// The tick at the start of the last `progress` call.
+    progress_tick: u64,
     /// The tick counter's rate, measured while the transport opened.
     tick_rate: TickRate,
     progress_calls: u32,
@@ -1549,6 +1551,7 @@ impl Transport {
             last_service_tick: clock::ticks(),
             service_ticks: tick_rate.ticks_in(SERVICE_POLL),
             yield_after_ticks,
+            progress_tick: 0,
             tick_rate,
             progress_calls: 0,
             reading_peers: Default::default(),
@@ -2172,6 +2175,7 @@ impl Transport {
         // path (TCG guests) every clock read is a system call.
         self.progress_calls = self.progress_calls.wrapping_add(1);
         let tick = clock::ticks();
+        self.progress_tick = tick;
         // Before the services: a connection they attach never sees an earlier one's buffers.
         if !self.repost_peers.is_empty() {
             self.repost_deferred();
@@ -2319,7 +2323,8 @@ impl Transport {
             backoff.count(n);
             return Ok(n);
         }
-        if backoff.should_yield(self.yield_after_ticks) {
+        // The tick the progress call read: no second read per idle poll.
+        if backoff.should_yield(self.yield_after_ticks, self.progress_tick) {
             std::thread::yield_now();
         }
         Ok(n)
@@ -3341,10 +3346,13 @@ mod backoff_tests {
     fn an_idle_loop_yields_once_it_has_spun_its_time_and_work_starts_it_over() {
         let mut b = IdleBackoff::default();
         // Yielding at once (0) still needs an idle poll: a loop that found work goes on.
-        assert!(!b.should_yield(0));
+        assert!(!b.should_yield(0, super::clock::ticks()));
         b.count(0);
-        assert!(b.should_yield(0));
-        assert!(!b.should_yield(u64::MAX), "yielded before its spin time");
+        assert!(b.should_yield(0, super::clock::ticks()));
+        assert!(
+            !b.should_yield(u64::MAX, super::clock::ticks()),
+            "yielded before its spin time"
+        );
         let since = b.idle_since;
         std::thread::sleep(std::time::Duration::from_millis(1));
         b.count(0);
@@ -3352,13 +3360,13 @@ mod backoff_tests {
             b.idle_since, since,
             "a later idle poll restarted the stretch"
         );
-        assert!(b.should_yield(1));
+        assert!(b.should_yield(1, super::clock::ticks()));
         b.count(2);
-        assert!(!b.should_yield(0));
+        assert!(!b.should_yield(0, super::clock::ticks()));
         // A new idle stretch is timed from its own first idle poll.
         b.count(0);
         assert!(b.idle_since > since);
-        assert!(!b.should_yield(u64::MAX));
+        assert!(!b.should_yield(u64::MAX, super::clock::ticks()));
     }
 
     #[test]

@@ -165,6 +165,42 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     };
     steps.push(step);
 
+    // 1b. An inline send with immediate data from bytes that are in no memory region, and an
+    // inline payload longer than the QP takes, refused before anything is posted.
+    let inline_msg = *b"inline, from the stack";
+    mr_b.as_mut_slice().fill(0);
+    b.post_recv(&RecvRequest {
+        wr_id: 11,
+        sges: vec![mr_b.sge(0, LEN)?],
+    })?;
+    let too_long = vec![0u8; a.caps().max_inline_data as usize + 1];
+    let refused = a.post_send_inline(12, SendOp::Send, &too_long, true);
+    a.post_send_inline(
+        12,
+        SendOp::SendWithImm { imm: 0x0a0b_0c0d },
+        &inline_msg,
+        true,
+    )?;
+    steps.push(match (poller.wait(11), poller.wait(12)) {
+        (Ok(r), Ok(_)) => check(
+            "send_inline",
+            mr_b.as_slice()[..inline_msg.len()] == inline_msg
+                && r.byte_len as usize == inline_msg.len()
+                && r.imm() == Some(0x0a0b_0c0d)
+                && matches!(refused, Err(openib_sys::Error::InvalidArgument { .. })),
+            format!(
+                "{} bytes and the immediate data received; {} bytes over max_inline_data: {}",
+                r.byte_len,
+                too_long.len(),
+                match &refused {
+                    Ok(()) => "posted (should be refused)".to_string(),
+                    Err(e) => format!("refused ({e})"),
+                }
+            ),
+        ),
+        (Err(e), _) | (_, Err(e)) => check("send_inline", false, e),
+    });
+
     // 2. RDMA write A -> B.
     let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
     mr_a.as_mut_slice().copy_from_slice(&pattern);

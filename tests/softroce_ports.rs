@@ -221,6 +221,7 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
         names,
         [
             "send_recv",
+            "send_inline",
             "rdma_write",
             "rdma_read",
             "fetch_add",

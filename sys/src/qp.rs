@@ -301,6 +301,52 @@ impl QueuePair {
         self.post_send_list(wr_id, op, &mut [sge.raw()], signaled, inline)
     }
 
+    /// Posts a send of `data` copied into the request itself (`IBV_SEND_INLINE`): no memory
+    /// region and no bounce copy, the provider reads the bytes before it returns. Only for
+    /// ops that carry a payload (send, send with immediate, RDMA write, with or without
+    /// immediate) and for `data` up to the QP's `max_inline_data`; anything else is an
+    /// `InvalidArgument` error naming what was wrong, and nothing is posted.
+    pub fn post_send_inline(
+        &self,
+        wr_id: u64,
+        op: SendOp,
+        data: &[u8],
+        signaled: bool,
+    ) -> Result<()> {
+        let max = self.caps.max_inline_data as usize;
+        if data.len() > max {
+            return Err(Error::InvalidArgument {
+                verb: "ibv_post_send",
+                what: format!(
+                    "inline payload of {} bytes on qp {} (its max_inline_data is {max})",
+                    data.len(),
+                    self.qp_num()
+                ),
+            });
+        }
+        if !matches!(
+            op,
+            SendOp::Send
+                | SendOp::SendWithImm { .. }
+                | SendOp::RdmaWrite { .. }
+                | SendOp::RdmaWriteWithImm { .. }
+        ) {
+            return Err(Error::InvalidArgument {
+                verb: "ibv_post_send",
+                what: format!("{op:?} carries no inline payload"),
+            });
+        }
+        // The key is not looked at for an inline entry: the CPU copies the bytes.
+        let mut sge = [v::ibv_sge {
+            addr: data.as_ptr() as u64,
+            length: data.len() as u32,
+            lkey: 0,
+        }];
+        self.post_send_list(wr_id, op, &mut sge, signaled, true)
+    }
+
+    /// Posts one request. Every entry of `sges` lies inside live registered memory, or
+    /// `inline` is set and it lies inside memory borrowed for the call.
     fn post_send_list(
         &self,
         wr_id: u64,
@@ -369,7 +415,8 @@ impl QueuePair {
             }
         }
         // SAFETY: `wr` and `sges` live across the call; every SGE lies inside a live MR (see
-        // `Sge`).
+        // `Sge`), or the request is inline and its SGE inside a slice borrowed for the call,
+        // which the provider copies before it returns.
         unsafe { self.post_send_raw(&mut wr, format_args!("qp {}", self.qp_num())) }
     }
 
@@ -378,7 +425,8 @@ impl QueuePair {
     ///
     /// # Safety
     /// Every pointer in `wr` (its SGE list, an address handle) must be valid for the call,
-    /// and every SGE must lie inside live registered memory.
+    /// and every SGE must lie inside live registered memory (an inline request's: inside
+    /// memory valid for reads during the call).
     unsafe fn post_send_raw(
         &self,
         wr: &mut v::ibv_send_wr,

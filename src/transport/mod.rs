@@ -733,6 +733,9 @@ impl Op {
 enum Posted {
     /// A message in bounce slot `slot` (token 0: the transport's own).
     Msg { slot: usize, token: u64 },
+    /// An inline message posted from the caller's bytes, without a bounce slot, that asked
+    /// for a completion (a token, or its turn to retire the unsignaled ones before it).
+    Inline { token: u64 },
     /// An inline message without a token (`sendi`, a notice, a credit return; `ctl`: a
     /// credit return) posted without a completion of its own, its slot free again at once:
     /// retired by the next signaled request's completion, which an RC send queue reports only
@@ -1200,7 +1203,6 @@ impl Endpoint {
         payload: &[u8],
         token: u64,
     ) -> Result<(), TransportError> {
-        let slot = self.free_send.pop().expect("caller checked a free slot");
         // An eager message carries its header in the immediate data when the returns fit.
         let imm = match kind {
             Kind::Eager if !payload.is_empty() => {
@@ -1216,6 +1218,12 @@ impl Endpoint {
             _ => None,
         };
         let (credits, ctl) = self.credits.take_returns();
+        if let Some(h) = imm.filter(|_| payload.len() <= self.inline_max) {
+            // Header in the immediate data, payload inline: posted from the caller's bytes,
+            // no bounce slot and no copy of our own.
+            return self.post_inline(peer, h, payload, token);
+        }
+        let slot = self.free_send.pop().expect("caller checked a free slot");
         let mr = self.send_mr.as_mut().expect("connected");
         let b = &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR + payload.len()];
         copy_in_pieces(&mut b[HDR..], payload);
@@ -1267,6 +1275,38 @@ impl Endpoint {
             self.stats.unsignaled += 1;
             let ctl = kind == Kind::Credit;
             self.posted.insert(id, Posted::Unsignaled { ctl });
+        }
+        self.sq_budget.posted(signaled);
+        Ok(())
+    }
+
+    /// [`Endpoint::post_msg`] of an eager message whose header is `imm` and whose payload
+    /// fits the QP's inline size.
+    fn post_inline(
+        &mut self,
+        peer: u32,
+        imm: ImmHeader,
+        payload: &[u8],
+        token: u64,
+    ) -> Result<(), TransportError> {
+        let id = self.id();
+        let signaled = token != 0
+            || self.unsignaled_run + 1 >= self.signal_every
+            || !self.sq_budget.unsignaled_room();
+        self.conn.as_ref().expect("connected").qp.post_send_inline(
+            wr(peer, KIND_SQ, id),
+            SendOp::SendWithImm { imm: imm.encode() },
+            payload,
+            signaled,
+        )?;
+        self.credits.data -= 1;
+        if signaled {
+            self.unsignaled_run = 0;
+            self.posted.insert(id, Posted::Inline { token });
+        } else {
+            self.unsignaled_run += 1;
+            self.stats.unsignaled += 1;
+            self.posted.insert(id, Posted::Unsignaled { ctl: false });
         }
         self.sq_budget.posted(signaled);
         Ok(())
@@ -1619,6 +1659,12 @@ impl Transport {
     /// [`openib_sys::clock`]).
     pub fn tick_rate(&self) -> TickRate {
         self.tick_rate
+    }
+
+    /// The tick counter ([`clock::ticks`]) as the last [`Transport::progress`] call read it
+    /// when it started: a waiting loop's clock without a read of its own.
+    pub fn progress_tick(&self) -> u64 {
+        self.progress_tick
     }
 
     pub fn rank(&self) -> u32 {
@@ -2570,6 +2616,11 @@ impl Transport {
                     self.done.push(Completion::Done { peer, token });
                 }
             }
+            Some(Posted::Inline { token }) => {
+                if token != 0 {
+                    self.done.push(Completion::Done { peer, token });
+                }
+            }
             Some(Posted::Rdma { token, .. }) | Some(Posted::Atomic { token, .. }) => {
                 self.done.push(Completion::Done { peer, token })
             }
@@ -3187,6 +3238,7 @@ impl Transport {
         for (_, p) in ep.posted.drain() {
             match p {
                 Posted::Msg { token, .. }
+                | Posted::Inline { token }
                 | Posted::Rdma { token, .. }
                 | Posted::Atomic { token, .. } => tokens.push(token),
                 Posted::Read { .. }

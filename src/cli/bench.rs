@@ -144,7 +144,7 @@ fn wait_for(t: &mut Transport, inbox: &Inbox, n: u64, timeout: Duration) -> Resu
     let mut last = start;
     while inbox.count.load(Ordering::Acquire) < n {
         t.progress_idle(&mut backoff).map_err(|e| e.to_string())?;
-        let now = clock::ticks();
+        let now = t.progress_tick();
         MAX_POLL_GAP.with(|g| g.set(g.get().max(now.saturating_sub(last))));
         last = now;
         spins = spins.wrapping_add(1);
@@ -231,14 +231,17 @@ fn ping_pong(
         // Count what we expect rather than sampling the inbox: a message may already be there
         // (it can arrive while we still wait for something else).
         *want_data += 1;
+        // Completions are reaped after the send: while its message is on the wire, not
+        // between a message and the reply.
         if me == 0 {
             send(t).map_err(|e| e.to_string())?;
+            reap(t)?;
             wait_for(t, inbox, *want_data, timeout)?;
         } else {
             wait_for(t, inbox, *want_data, timeout)?;
             send(t).map_err(|e| e.to_string())?;
+            reap(t)?;
         }
-        reap(t)?;
     }
     let end = (Instant::now(), clock::ticks());
     laps.push(end.1.saturating_sub(lap));

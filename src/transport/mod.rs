@@ -1246,12 +1246,7 @@ impl Endpoint {
         let sge = mr.sge(slot * slot_len + start, len)?;
         let id = self.id();
         let inline = len <= self.inline_max;
-        // An inline message needs no completion to free its slot, and one without a token
-        // reports none: only one in `signal_every` asks for one, and retires those before it.
-        let signaled = !inline
-            || token != 0
-            || self.unsignaled_run + 1 >= self.signal_every
-            || !self.sq_budget.unsignaled_room();
+        let signaled = self.signal_due(inline, token);
         self.conn.as_ref().expect("connected").qp.post_send_sge(
             wr(peer, KIND_SQ, id),
             op,
@@ -1280,6 +1275,16 @@ impl Endpoint {
         Ok(())
     }
 
+    /// Whether a message posted now asks for a completion. An inline message needs none to
+    /// free a slot, and one without a token reports none: only one in `signal_every` asks,
+    /// and retires those before it (or one beyond the send budget's unsignaled share).
+    fn signal_due(&self, inline: bool, token: u64) -> bool {
+        !inline
+            || token != 0
+            || self.unsignaled_run + 1 >= self.signal_every
+            || !self.sq_budget.unsignaled_room()
+    }
+
     /// [`Endpoint::post_msg`] of an eager message whose header is `imm` and whose payload
     /// fits the QP's inline size.
     fn post_inline(
@@ -1290,9 +1295,7 @@ impl Endpoint {
         token: u64,
     ) -> Result<(), TransportError> {
         let id = self.id();
-        let signaled = token != 0
-            || self.unsignaled_run + 1 >= self.signal_every
-            || !self.sq_budget.unsignaled_room();
+        let signaled = self.signal_due(true, token);
         self.conn.as_ref().expect("connected").qp.post_send_inline(
             wr(peer, KIND_SQ, id),
             SendOp::SendWithImm { imm: imm.encode() },

@@ -189,10 +189,6 @@ impl Failure {
     }
 }
 
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
 /// Hex dump, 16 bytes a line with offsets.
 fn dump(b: &[u8]) -> String {
     b.chunks(16)
@@ -316,7 +312,7 @@ fn node_json(b: &NodeBlob, names: Option<&NodeBuild>) -> Value {
                     "index": c.cpc,
                     "priority": c.priority,
                     "blob_len": c.blob.len(),
-                    "blob_hex": hex(&c.blob),
+                    "blob_hex": hex::encode(&c.blob),
                     "proc_len": c.proc_len,
                 })).collect::<Vec<_>>(),
             });
@@ -327,7 +323,7 @@ fn node_json(b: &NodeBlob, names: Option<&NodeBuild>) -> Value {
         })
         .collect();
     let mut v = json!({"version": layout::VERSION, "devices": devices, "ports": ports,
-        "extensions": b.extensions.iter().map(|e| json!({"kind": e.kind, "hex": hex(&e.data)})).collect::<Vec<_>>()});
+        "extensions": b.extensions.iter().map(|e| json!({"kind": e.kind, "hex": hex::encode(&e.data)})).collect::<Vec<_>>()});
     if let Some(lp) = &b.local_procs {
         v["local_procs"] = json!({
             "count": lp.count,
@@ -347,7 +343,7 @@ fn proc_json(node: &NodeBlob, p: &ProcBlob) -> Value {
         "ports": p.ports.iter().collect::<Vec<_>>(),
         "all_ports": p.ports == PortSet::all(node.ports.len()),
         "parts": ProcBlob::slots(node, p.ports).zip(&p.parts).map(|((i, j), part)| json!({
-            "port": i, "cpc": cpc_name(node.ports[i].cpcs[j].cpc), "hex": hex(part)
+            "port": i, "cpc": cpc_name(node.ports[i].cpcs[j].cpc), "hex": hex::encode(part)
         })).collect::<Vec<_>>(),
     })
 }
@@ -382,7 +378,7 @@ fn node_text(b: &NodeBlob, names: Option<&NodeBuild>) -> String {
                 if c.blob.is_empty() {
                     String::new()
                 } else {
-                    format!(" ({})", hex(&c.blob))
+                    format!(" ({})", hex::encode(&c.blob))
                 },
                 c.proc_len
             );
@@ -393,7 +389,7 @@ fn node_text(b: &NodeBlob, names: Option<&NodeBuild>) -> String {
             "  extension {}: {} B ({})\n",
             e.kind,
             e.data.len(),
-            hex(&e.data)
+            hex::encode(&e.data)
         );
     }
     if let Some(lp) = &b.local_procs {
@@ -425,7 +421,7 @@ fn proc_text(node: &NodeBlob, p: &ProcBlob) -> String {
             format!(
                 "port {i} {} {}",
                 cpc_name(node.ports[i].cpcs[j].cpc),
-                hex(part)
+                hex::encode(part)
             )
         })
         .collect();
@@ -460,12 +456,12 @@ fn show(o: &mut Outcome, src: &PortSource, json_out: bool) -> Result<(), Failure
         let mut nj = node_json(node, Some(&l.build));
         nj["key"] = json!(KEY_NODE);
         nj["bytes"] = json!(node_bytes.len());
-        nj["hex"] = json!(hex(&node_bytes));
+        nj["hex"] = json!(hex::encode(&node_bytes));
         nj["published_bytes"] = json!(kv_bytes(KEY_NODE, node_bytes.len()));
         let mut pj = proc_json(node, &proc_);
         pj["key"] = json!(KEY_PROC);
         pj["bytes"] = json!(proc_bytes.len());
-        pj["hex"] = json!(hex(&proc_bytes));
+        pj["hex"] = json!(hex::encode(&proc_bytes));
         pj["published_bytes"] = json!(kv_bytes(KEY_PROC, proc_bytes.len()));
         pj["placeholder_parts"] = json!(true);
         o.json(&json!({
@@ -473,7 +469,7 @@ fn show(o: &mut Outcome, src: &PortSource, json_out: bool) -> Result<(), Failure
             "node_blob": nj,
             "proc_blob": pj,
             "gathered_node_blob": {"key": KEY_NODE, "local_procs": 1, "bytes": gathered_bytes.len(),
-                "hex": hex(&gathered_bytes), "published_bytes": kv_bytes(KEY_NODE, gathered_bytes.len())},
+                "hex": hex::encode(&gathered_bytes), "published_bytes": kv_bytes(KEY_NODE, gathered_bytes.len())},
             "warnings": l.warnings,
         }));
     } else {
@@ -622,7 +618,7 @@ fn decode(
                     "with a port bitmap"
                 },
                 info.body_len,
-                hex(bytes.get(1..).unwrap_or_default())
+                hex::encode(bytes.get(1..).unwrap_or_default())
             );
             outln!(o, "  (give --node FILE, the node blob of its node, to decode the bitmap and the CPC parts)");
         }

@@ -101,12 +101,10 @@ pub fn run(a: &StressArgs) -> i32 {
     }
 }
 
-fn mix(mut x: u64) -> u64 {
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    x ^= x >> 33;
-    x = x.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    x ^ (x >> 33)
+/// A well-mixed 64-bit value keyed by `x` (one step of fastrand's generator seeded with it): the
+/// same key gives the same value on every rank, so sizes and bytes need no exchange.
+fn mix(x: u64) -> u64 {
+    fastrand::Rng::with_seed(x).u64(..)
 }
 
 /// Size of message `i` of stream (src, thread, dst): log-uniform in 0..=max (with `mpi`, max
@@ -132,14 +130,7 @@ fn size_of(seed: u64, src: u32, thread: usize, dst: u32, i: u64, max: usize, mpi
 }
 
 fn fill(buf: &mut [u8], key: u64) {
-    let mut x = mix(key) | 1;
-    for chunk in buf.chunks_mut(8) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        let b = x.to_le_bytes();
-        chunk.copy_from_slice(&b[..chunk.len()]);
-    }
+    fastrand::Rng::with_seed(key).fill(buf);
 }
 
 fn stream_key(src: u32, thread: usize, i: u64) -> u64 {

@@ -169,15 +169,8 @@ mod tests {
             Err(DecodeError::TrailingBytes { .. })
         ));
         // Incompressible data is not compressed.
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let noise: Vec<u8> = (0..5000)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 32) as u8
-            })
-            .collect();
+        let mut rng = fastrand::Rng::with_seed(0x9e37_79b9_7f4a_7c15);
+        let noise: Vec<u8> = (0..5000).map(|_| rng.u8(..)).collect();
         assert!(maybe_compress(
             &noise,
             Compression {

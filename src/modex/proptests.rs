@@ -5,19 +5,20 @@ use super::*;
 use proptest::prelude::*;
 
 /// A small deterministic generator, so one `u64` seed describes a whole (dependent) value.
-struct Gen(u64);
+struct Gen(fastrand::Rng);
 impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
+    fn new(seed: u64) -> Gen {
+        Gen(fastrand::Rng::with_seed(seed))
     }
+    fn next(&mut self) -> u64 {
+        self.0.u64(..)
+    }
+    /// Uniform in `0..n` (`0..1` for `n` = 0).
     fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
+        self.0.u64(..n.max(1))
     }
     fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
+        std::iter::repeat_with(|| self.0.u8(..)).take(n).collect()
     }
     fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
@@ -26,7 +27,7 @@ impl Gen {
 
 /// An arbitrary valid node blob; `procs` adds a gathered section.
 pub(crate) fn arb_node(seed: u64, procs: bool) -> NodeBlob {
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     let ndev = 1 + g.below(3) as usize;
     let devices = (0..ndev)
         .map(|_| Device {
@@ -144,14 +145,14 @@ fn arb_proc_with(g: &mut Gen, node: &NodeBlob, rank: usize) -> ProcBlob {
 }
 
 pub(crate) fn arb_proc(seed: u64, node: &NodeBlob) -> ProcBlob {
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     let rank = g.below(64) as usize;
     arb_proc_with(&mut g, node, rank)
 }
 
 /// Mutations of a valid blob: byte flips, truncation, insertion, deletion.
 fn mutate(b: &[u8], seed: u64) -> Vec<u8> {
-    let mut g = Gen(seed | 1);
+    let mut g = Gen::new(seed);
     let mut v = b.to_vec();
     for _ in 0..1 + g.below(3) {
         match g.below(5) {

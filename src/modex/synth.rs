@@ -50,21 +50,6 @@ pub struct SynthNode {
     pub procs: Vec<ProcBlob>,
 }
 
-/// A deterministic generator (xorshift64).
-#[derive(Debug, Clone)]
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// A node of `nports` InfiniBand ports on one ConnectX-5 (two ports per device), one subnet,
 /// udcm on each port, plus rdmacm (IPoIB, IPv4) when `rdmacm`.
 pub fn ib_template(nports: usize, rdmacm: bool) -> NodeBlob {
@@ -143,7 +128,7 @@ pub fn synth_node_with(
     seed: u64,
     ports_of: impl Fn(usize) -> PortSet,
 ) -> SynthNode {
-    let mut rng = Rng::new(seed ^ (k as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
+    let mut rng = fastrand::Rng::with_seed(seed ^ (k as u64).wrapping_mul(0x5851_f42d_4c95_7f2d));
     let nports = template.ports.len();
     let mut node = template.clone();
     node.local_procs = None;
@@ -165,7 +150,7 @@ pub fn synth_node_with(
             }
         }
     }
-    let base = rng.next_u64() & 0xff_ffff;
+    let base = rng.u64(..) & 0xff_ffff;
     let mut next_qpn = base;
     // QP numbers in allocation order: rank by rank, port by port.
     let mut qpns = vec![0u64; ppn * nports];
@@ -173,10 +158,10 @@ pub fn synth_node_with(
         *q = match values {
             Values::Sequential => {
                 let v = next_qpn & 0xff_ffff;
-                next_qpn += 1 + rng.next_u64() % 3;
+                next_qpn += 1 + rng.u64(..) % 3;
                 v
             }
-            Values::Random => rng.next_u64() & 0xff_ffff,
+            Values::Random => rng.u64(..) & 0xff_ffff,
         };
     }
     let procs = (0..ppn)
@@ -190,7 +175,7 @@ pub fn synth_node_with(
                         let v = qpns[rank * nports + i].to_le_bytes();
                         (0..w).map(|b| if b < 8 { v[b] } else { 0 }).collect()
                     } else {
-                        (0..w).map(|_| rng.next_u64() as u8).collect()
+                        (0..w).map(|_| rng.u64(..) as u8).collect()
                     }
                 })
                 .collect();

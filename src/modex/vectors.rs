@@ -9,10 +9,7 @@ fn hex(s: &str) -> Vec<u8> {
         .map(|l| l.split("//").next().unwrap_or(""))
         .flat_map(|l| l.split_whitespace())
         .collect();
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
-        .collect()
+    hex::decode(s).expect("a test vector is hex")
 }
 
 /// One ConnectX-5 (vendor 0x02c9, part 4119), two ACTIVE IB ports, LIDs 0x11 and 0x12, MTU 4096,

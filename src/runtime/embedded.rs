@@ -85,14 +85,16 @@ impl Server {
     /// Starts a server for `spec` in a new private directory under `base` (default: the temp dir).
     pub fn start(spec: JobSpec, base: Option<&Path>) -> Result<Server> {
         use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-        let token = random_token().map_err(io("reading /dev/urandom"))?;
+        let token = random_token().map_err(io(
+            "reading the random token from the OS generator (getrandom)",
+        ))?;
         let base = base
             .map(Path::to_path_buf)
             .unwrap_or_else(std::env::temp_dir);
         let dir = base.join(format!(
             "openib-run-{}-{}",
             std::process::id(),
-            hex(&token[..4])
+            hex::encode(&token[..4])
         ));
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -138,7 +140,7 @@ impl Server {
         vec![
             (SOCKET_ENV.into(), self.socket.display().to_string()),
             (RANK_ENV.into(), rank.to_string()),
-            (TOKEN_ENV.into(), hex(&self.token)),
+            (TOKEN_ENV.into(), hex::encode(&self.token)),
             (
                 "OPENIB_RT_SIZE".into(),
                 self.shared.spec.nodes.len().to_string(),
@@ -372,25 +374,12 @@ fn send(conn: &Conn, m: &Msg) {
     }
 }
 
+/// 16 bytes from the operating system's generator: the secret a client proves it was launched by
+/// this server with.
 fn random_token() -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
     let mut t = vec![0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut t)?;
+    getrandom::fill(&mut t).map_err(std::io::Error::from)?;
     Ok(t)
-}
-
-fn hex(b: &[u8]) -> String {
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
-
-fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
-        return None;
-    }
-    (0..s.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
-        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -587,10 +576,12 @@ impl Client {
             backend: "embedded",
             what: format!("{RANK_ENV} is not a number"),
         })?;
-        let token = unhex(&var(TOKEN_ENV)?).ok_or_else(|| RuntimeError::Backend {
-            backend: "embedded",
-            what: format!("{TOKEN_ENV} is not hex"),
-        })?;
+        let token = hex::decode(var(TOKEN_ENV)?)
+            .ok()
+            .ok_or_else(|| RuntimeError::Backend {
+                backend: "embedded",
+                what: format!("{TOKEN_ENV} is not hex"),
+            })?;
         let fence = match crate::config::choice("OPENIB_RT_FENCE") {
             Ok(Some("star")) => FenceKind::Star,
             Ok(_) => FenceKind::Resilient,

@@ -908,6 +908,13 @@ pub struct timeval {
     pub tv_sec: __time_t,
     pub tv_usec: __suseconds_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of timeval"][::core::mem::size_of::<timeval>() - 16usize];
+    ["Alignment of timeval"][::core::mem::align_of::<timeval>() - 8usize];
+    ["Offset of field: timeval::tv_sec"][::core::mem::offset_of!(timeval, tv_sec) - 0usize];
+    ["Offset of field: timeval::tv_usec"][::core::mem::offset_of!(timeval, tv_usec) - 8usize];
+};
 pub type pmix_nspace_t = [::core::ffi::c_char; 256usize];
 pub type pmix_key_t = [::core::ffi::c_char; 512usize];
 pub type pmix_rank_t = u32;
@@ -946,6 +953,14 @@ pub struct pmix_coord {
     pub coord: *mut u32,
     pub dims: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_coord"][::core::mem::size_of::<pmix_coord>() - 24usize];
+    ["Alignment of pmix_coord"][::core::mem::align_of::<pmix_coord>() - 8usize];
+    ["Offset of field: pmix_coord::view"][::core::mem::offset_of!(pmix_coord, view) - 0usize];
+    ["Offset of field: pmix_coord::coord"][::core::mem::offset_of!(pmix_coord, coord) - 8usize];
+    ["Offset of field: pmix_coord::dims"][::core::mem::offset_of!(pmix_coord, dims) - 16usize];
+};
 impl Default for pmix_coord {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -963,6 +978,15 @@ pub struct pmix_cpuset_t {
     pub source: *mut ::core::ffi::c_char,
     pub bitmap: *mut ::core::ffi::c_void,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_cpuset_t"][::core::mem::size_of::<pmix_cpuset_t>() - 16usize];
+    ["Alignment of pmix_cpuset_t"][::core::mem::align_of::<pmix_cpuset_t>() - 8usize];
+    ["Offset of field: pmix_cpuset_t::source"]
+        [::core::mem::offset_of!(pmix_cpuset_t, source) - 0usize];
+    ["Offset of field: pmix_cpuset_t::bitmap"]
+        [::core::mem::offset_of!(pmix_cpuset_t, bitmap) - 8usize];
+};
 impl Default for pmix_cpuset_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -979,6 +1003,15 @@ pub struct pmix_topology_t {
     pub source: *mut ::core::ffi::c_char,
     pub topology: *mut ::core::ffi::c_void,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_topology_t"][::core::mem::size_of::<pmix_topology_t>() - 16usize];
+    ["Alignment of pmix_topology_t"][::core::mem::align_of::<pmix_topology_t>() - 8usize];
+    ["Offset of field: pmix_topology_t::source"]
+        [::core::mem::offset_of!(pmix_topology_t, source) - 0usize];
+    ["Offset of field: pmix_topology_t::topology"]
+        [::core::mem::offset_of!(pmix_topology_t, topology) - 8usize];
+};
 impl Default for pmix_topology_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -998,6 +1031,20 @@ pub struct pmix_geometry {
     pub coordinates: *mut pmix_coord_t,
     pub ncoords: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_geometry"][::core::mem::size_of::<pmix_geometry>() - 40usize];
+    ["Alignment of pmix_geometry"][::core::mem::align_of::<pmix_geometry>() - 8usize];
+    ["Offset of field: pmix_geometry::fabric"]
+        [::core::mem::offset_of!(pmix_geometry, fabric) - 0usize];
+    ["Offset of field: pmix_geometry::uuid"][::core::mem::offset_of!(pmix_geometry, uuid) - 8usize];
+    ["Offset of field: pmix_geometry::osname"]
+        [::core::mem::offset_of!(pmix_geometry, osname) - 16usize];
+    ["Offset of field: pmix_geometry::coordinates"]
+        [::core::mem::offset_of!(pmix_geometry, coordinates) - 24usize];
+    ["Offset of field: pmix_geometry::ncoords"]
+        [::core::mem::offset_of!(pmix_geometry, ncoords) - 32usize];
+};
 impl Default for pmix_geometry {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1018,6 +1065,21 @@ pub struct pmix_device_distance {
     pub mindist: u16,
     pub maxdist: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_device_distance"][::core::mem::size_of::<pmix_device_distance>() - 32usize];
+    ["Alignment of pmix_device_distance"][::core::mem::align_of::<pmix_device_distance>() - 8usize];
+    ["Offset of field: pmix_device_distance::uuid"]
+        [::core::mem::offset_of!(pmix_device_distance, uuid) - 0usize];
+    ["Offset of field: pmix_device_distance::osname"]
+        [::core::mem::offset_of!(pmix_device_distance, osname) - 8usize];
+    ["Offset of field: pmix_device_distance::type_"]
+        [::core::mem::offset_of!(pmix_device_distance, type_) - 16usize];
+    ["Offset of field: pmix_device_distance::mindist"]
+        [::core::mem::offset_of!(pmix_device_distance, mindist) - 24usize];
+    ["Offset of field: pmix_device_distance::maxdist"]
+        [::core::mem::offset_of!(pmix_device_distance, maxdist) - 26usize];
+};
 impl Default for pmix_device_distance {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1034,6 +1096,15 @@ pub struct pmix_byte_object {
     pub bytes: *mut ::core::ffi::c_char,
     pub size: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_byte_object"][::core::mem::size_of::<pmix_byte_object>() - 16usize];
+    ["Alignment of pmix_byte_object"][::core::mem::align_of::<pmix_byte_object>() - 8usize];
+    ["Offset of field: pmix_byte_object::bytes"]
+        [::core::mem::offset_of!(pmix_byte_object, bytes) - 0usize];
+    ["Offset of field: pmix_byte_object::size"]
+        [::core::mem::offset_of!(pmix_byte_object, size) - 8usize];
+};
 impl Default for pmix_byte_object {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1051,6 +1122,16 @@ pub struct pmix_endpoint {
     pub osname: *mut ::core::ffi::c_char,
     pub endpt: pmix_byte_object_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_endpoint"][::core::mem::size_of::<pmix_endpoint>() - 32usize];
+    ["Alignment of pmix_endpoint"][::core::mem::align_of::<pmix_endpoint>() - 8usize];
+    ["Offset of field: pmix_endpoint::uuid"][::core::mem::offset_of!(pmix_endpoint, uuid) - 0usize];
+    ["Offset of field: pmix_endpoint::osname"]
+        [::core::mem::offset_of!(pmix_endpoint, osname) - 8usize];
+    ["Offset of field: pmix_endpoint::endpt"]
+        [::core::mem::offset_of!(pmix_endpoint, endpt) - 16usize];
+};
 impl Default for pmix_endpoint {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1068,6 +1149,15 @@ pub struct pmix_envar_t {
     pub value: *mut ::core::ffi::c_char,
     pub separator: ::core::ffi::c_char,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_envar_t"][::core::mem::size_of::<pmix_envar_t>() - 24usize];
+    ["Alignment of pmix_envar_t"][::core::mem::align_of::<pmix_envar_t>() - 8usize];
+    ["Offset of field: pmix_envar_t::envar"][::core::mem::offset_of!(pmix_envar_t, envar) - 0usize];
+    ["Offset of field: pmix_envar_t::value"][::core::mem::offset_of!(pmix_envar_t, value) - 8usize];
+    ["Offset of field: pmix_envar_t::separator"]
+        [::core::mem::offset_of!(pmix_envar_t, separator) - 16usize];
+};
 impl Default for pmix_envar_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1083,6 +1173,13 @@ pub struct pmix_proc {
     pub nspace: pmix_nspace_t,
     pub rank: pmix_rank_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_proc"][::core::mem::size_of::<pmix_proc>() - 260usize];
+    ["Alignment of pmix_proc"][::core::mem::align_of::<pmix_proc>() - 4usize];
+    ["Offset of field: pmix_proc::nspace"][::core::mem::offset_of!(pmix_proc, nspace) - 0usize];
+    ["Offset of field: pmix_proc::rank"][::core::mem::offset_of!(pmix_proc, rank) - 256usize];
+};
 impl Default for pmix_proc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1103,6 +1200,23 @@ pub struct pmix_proc_info {
     pub exit_code: ::core::ffi::c_int,
     pub state: pmix_proc_state_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_proc_info"][::core::mem::size_of::<pmix_proc_info>() - 296usize];
+    ["Alignment of pmix_proc_info"][::core::mem::align_of::<pmix_proc_info>() - 8usize];
+    ["Offset of field: pmix_proc_info::proc_"]
+        [::core::mem::offset_of!(pmix_proc_info, proc_) - 0usize];
+    ["Offset of field: pmix_proc_info::hostname"]
+        [::core::mem::offset_of!(pmix_proc_info, hostname) - 264usize];
+    ["Offset of field: pmix_proc_info::executable_name"]
+        [::core::mem::offset_of!(pmix_proc_info, executable_name) - 272usize];
+    ["Offset of field: pmix_proc_info::pid"]
+        [::core::mem::offset_of!(pmix_proc_info, pid) - 280usize];
+    ["Offset of field: pmix_proc_info::exit_code"]
+        [::core::mem::offset_of!(pmix_proc_info, exit_code) - 284usize];
+    ["Offset of field: pmix_proc_info::state"]
+        [::core::mem::offset_of!(pmix_proc_info, state) - 288usize];
+};
 impl Default for pmix_proc_info {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1120,6 +1234,17 @@ pub struct pmix_data_array {
     pub size: usize,
     pub array: *mut ::core::ffi::c_void,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_data_array"][::core::mem::size_of::<pmix_data_array>() - 24usize];
+    ["Alignment of pmix_data_array"][::core::mem::align_of::<pmix_data_array>() - 8usize];
+    ["Offset of field: pmix_data_array::type_"]
+        [::core::mem::offset_of!(pmix_data_array, type_) - 0usize];
+    ["Offset of field: pmix_data_array::size"]
+        [::core::mem::offset_of!(pmix_data_array, size) - 8usize];
+    ["Offset of field: pmix_data_array::array"]
+        [::core::mem::offset_of!(pmix_data_array, array) - 16usize];
+};
 impl Default for pmix_data_array {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1139,6 +1264,21 @@ pub struct pmix_data_buffer {
     pub bytes_allocated: usize,
     pub bytes_used: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_data_buffer"][::core::mem::size_of::<pmix_data_buffer>() - 40usize];
+    ["Alignment of pmix_data_buffer"][::core::mem::align_of::<pmix_data_buffer>() - 8usize];
+    ["Offset of field: pmix_data_buffer::base_ptr"]
+        [::core::mem::offset_of!(pmix_data_buffer, base_ptr) - 0usize];
+    ["Offset of field: pmix_data_buffer::pack_ptr"]
+        [::core::mem::offset_of!(pmix_data_buffer, pack_ptr) - 8usize];
+    ["Offset of field: pmix_data_buffer::unpack_ptr"]
+        [::core::mem::offset_of!(pmix_data_buffer, unpack_ptr) - 16usize];
+    ["Offset of field: pmix_data_buffer::bytes_allocated"]
+        [::core::mem::offset_of!(pmix_data_buffer, bytes_allocated) - 24usize];
+    ["Offset of field: pmix_data_buffer::bytes_used"]
+        [::core::mem::offset_of!(pmix_data_buffer, bytes_used) - 32usize];
+};
 impl Default for pmix_data_buffer {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1168,6 +1308,41 @@ pub struct pmix_proc_stats {
     pub processor: u16,
     pub sample_time: timeval,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_proc_stats"][::core::mem::size_of::<pmix_proc_stats>() - 352usize];
+    ["Alignment of pmix_proc_stats"][::core::mem::align_of::<pmix_proc_stats>() - 8usize];
+    ["Offset of field: pmix_proc_stats::node"]
+        [::core::mem::offset_of!(pmix_proc_stats, node) - 0usize];
+    ["Offset of field: pmix_proc_stats::proc_"]
+        [::core::mem::offset_of!(pmix_proc_stats, proc_) - 8usize];
+    ["Offset of field: pmix_proc_stats::pid"]
+        [::core::mem::offset_of!(pmix_proc_stats, pid) - 268usize];
+    ["Offset of field: pmix_proc_stats::cmd"]
+        [::core::mem::offset_of!(pmix_proc_stats, cmd) - 272usize];
+    ["Offset of field: pmix_proc_stats::state"]
+        [::core::mem::offset_of!(pmix_proc_stats, state) - 280usize];
+    ["Offset of field: pmix_proc_stats::time"]
+        [::core::mem::offset_of!(pmix_proc_stats, time) - 288usize];
+    ["Offset of field: pmix_proc_stats::percent_cpu"]
+        [::core::mem::offset_of!(pmix_proc_stats, percent_cpu) - 304usize];
+    ["Offset of field: pmix_proc_stats::priority"]
+        [::core::mem::offset_of!(pmix_proc_stats, priority) - 308usize];
+    ["Offset of field: pmix_proc_stats::num_threads"]
+        [::core::mem::offset_of!(pmix_proc_stats, num_threads) - 312usize];
+    ["Offset of field: pmix_proc_stats::pss"]
+        [::core::mem::offset_of!(pmix_proc_stats, pss) - 316usize];
+    ["Offset of field: pmix_proc_stats::vsize"]
+        [::core::mem::offset_of!(pmix_proc_stats, vsize) - 320usize];
+    ["Offset of field: pmix_proc_stats::rss"]
+        [::core::mem::offset_of!(pmix_proc_stats, rss) - 324usize];
+    ["Offset of field: pmix_proc_stats::peak_vsize"]
+        [::core::mem::offset_of!(pmix_proc_stats, peak_vsize) - 328usize];
+    ["Offset of field: pmix_proc_stats::processor"]
+        [::core::mem::offset_of!(pmix_proc_stats, processor) - 332usize];
+    ["Offset of field: pmix_proc_stats::sample_time"]
+        [::core::mem::offset_of!(pmix_proc_stats, sample_time) - 336usize];
+};
 impl Default for pmix_proc_stats {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1194,6 +1369,35 @@ pub struct pmix_disk_stats_t {
     pub milliseconds_io: u64,
     pub weighted_milliseconds_io: u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_disk_stats_t"][::core::mem::size_of::<pmix_disk_stats_t>() - 96usize];
+    ["Alignment of pmix_disk_stats_t"][::core::mem::align_of::<pmix_disk_stats_t>() - 8usize];
+    ["Offset of field: pmix_disk_stats_t::disk"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, disk) - 0usize];
+    ["Offset of field: pmix_disk_stats_t::num_reads_completed"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_reads_completed) - 8usize];
+    ["Offset of field: pmix_disk_stats_t::num_reads_merged"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_reads_merged) - 16usize];
+    ["Offset of field: pmix_disk_stats_t::num_sectors_read"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_sectors_read) - 24usize];
+    ["Offset of field: pmix_disk_stats_t::milliseconds_reading"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, milliseconds_reading) - 32usize];
+    ["Offset of field: pmix_disk_stats_t::num_writes_completed"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_writes_completed) - 40usize];
+    ["Offset of field: pmix_disk_stats_t::num_writes_merged"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_writes_merged) - 48usize];
+    ["Offset of field: pmix_disk_stats_t::num_sectors_written"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_sectors_written) - 56usize];
+    ["Offset of field: pmix_disk_stats_t::milliseconds_writing"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, milliseconds_writing) - 64usize];
+    ["Offset of field: pmix_disk_stats_t::num_ios_in_progress"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, num_ios_in_progress) - 72usize];
+    ["Offset of field: pmix_disk_stats_t::milliseconds_io"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, milliseconds_io) - 80usize];
+    ["Offset of field: pmix_disk_stats_t::weighted_milliseconds_io"]
+        [::core::mem::offset_of!(pmix_disk_stats_t, weighted_milliseconds_io) - 88usize];
+};
 impl Default for pmix_disk_stats_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1214,6 +1418,25 @@ pub struct pmix_net_stats_t {
     pub num_packets_sent: u64,
     pub num_send_errs: u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_net_stats_t"][::core::mem::size_of::<pmix_net_stats_t>() - 56usize];
+    ["Alignment of pmix_net_stats_t"][::core::mem::align_of::<pmix_net_stats_t>() - 8usize];
+    ["Offset of field: pmix_net_stats_t::net_interface"]
+        [::core::mem::offset_of!(pmix_net_stats_t, net_interface) - 0usize];
+    ["Offset of field: pmix_net_stats_t::num_bytes_recvd"]
+        [::core::mem::offset_of!(pmix_net_stats_t, num_bytes_recvd) - 8usize];
+    ["Offset of field: pmix_net_stats_t::num_packets_recvd"]
+        [::core::mem::offset_of!(pmix_net_stats_t, num_packets_recvd) - 16usize];
+    ["Offset of field: pmix_net_stats_t::num_recv_errs"]
+        [::core::mem::offset_of!(pmix_net_stats_t, num_recv_errs) - 24usize];
+    ["Offset of field: pmix_net_stats_t::num_bytes_sent"]
+        [::core::mem::offset_of!(pmix_net_stats_t, num_bytes_sent) - 32usize];
+    ["Offset of field: pmix_net_stats_t::num_packets_sent"]
+        [::core::mem::offset_of!(pmix_net_stats_t, num_packets_sent) - 40usize];
+    ["Offset of field: pmix_net_stats_t::num_send_errs"]
+        [::core::mem::offset_of!(pmix_net_stats_t, num_send_errs) - 48usize];
+};
 impl Default for pmix_net_stats_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1244,6 +1467,45 @@ pub struct pmix_node_stats_t {
     pub netstats: *mut pmix_net_stats_t,
     pub nnetstats: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_node_stats_t"][::core::mem::size_of::<pmix_node_stats_t>() - 104usize];
+    ["Alignment of pmix_node_stats_t"][::core::mem::align_of::<pmix_node_stats_t>() - 8usize];
+    ["Offset of field: pmix_node_stats_t::node"]
+        [::core::mem::offset_of!(pmix_node_stats_t, node) - 0usize];
+    ["Offset of field: pmix_node_stats_t::la"]
+        [::core::mem::offset_of!(pmix_node_stats_t, la) - 8usize];
+    ["Offset of field: pmix_node_stats_t::la5"]
+        [::core::mem::offset_of!(pmix_node_stats_t, la5) - 12usize];
+    ["Offset of field: pmix_node_stats_t::la15"]
+        [::core::mem::offset_of!(pmix_node_stats_t, la15) - 16usize];
+    ["Offset of field: pmix_node_stats_t::total_mem"]
+        [::core::mem::offset_of!(pmix_node_stats_t, total_mem) - 20usize];
+    ["Offset of field: pmix_node_stats_t::free_mem"]
+        [::core::mem::offset_of!(pmix_node_stats_t, free_mem) - 24usize];
+    ["Offset of field: pmix_node_stats_t::buffers"]
+        [::core::mem::offset_of!(pmix_node_stats_t, buffers) - 28usize];
+    ["Offset of field: pmix_node_stats_t::cached"]
+        [::core::mem::offset_of!(pmix_node_stats_t, cached) - 32usize];
+    ["Offset of field: pmix_node_stats_t::swap_cached"]
+        [::core::mem::offset_of!(pmix_node_stats_t, swap_cached) - 36usize];
+    ["Offset of field: pmix_node_stats_t::swap_total"]
+        [::core::mem::offset_of!(pmix_node_stats_t, swap_total) - 40usize];
+    ["Offset of field: pmix_node_stats_t::swap_free"]
+        [::core::mem::offset_of!(pmix_node_stats_t, swap_free) - 44usize];
+    ["Offset of field: pmix_node_stats_t::mapped"]
+        [::core::mem::offset_of!(pmix_node_stats_t, mapped) - 48usize];
+    ["Offset of field: pmix_node_stats_t::sample_time"]
+        [::core::mem::offset_of!(pmix_node_stats_t, sample_time) - 56usize];
+    ["Offset of field: pmix_node_stats_t::diskstats"]
+        [::core::mem::offset_of!(pmix_node_stats_t, diskstats) - 72usize];
+    ["Offset of field: pmix_node_stats_t::ndiskstats"]
+        [::core::mem::offset_of!(pmix_node_stats_t, ndiskstats) - 80usize];
+    ["Offset of field: pmix_node_stats_t::netstats"]
+        [::core::mem::offset_of!(pmix_node_stats_t, netstats) - 88usize];
+    ["Offset of field: pmix_node_stats_t::nnetstats"]
+        [::core::mem::offset_of!(pmix_node_stats_t, nnetstats) - 96usize];
+};
 impl Default for pmix_node_stats_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1311,6 +1573,109 @@ pub union pmix_value__bindgen_ty_1 {
     pub netstats: *mut pmix_net_stats_t,
     pub ndstats: *mut pmix_node_stats_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_value__bindgen_ty_1"]
+        [::core::mem::size_of::<pmix_value__bindgen_ty_1>() - 24usize];
+    ["Alignment of pmix_value__bindgen_ty_1"]
+        [::core::mem::align_of::<pmix_value__bindgen_ty_1>() - 8usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::flag"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, flag) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::byte"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, byte) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::string"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, string) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::size"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, size) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::pid"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, pid) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::integer"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, integer) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::int8"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, int8) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::int16"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, int16) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::int32"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, int32) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::int64"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, int64) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::uint"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, uint) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::uint8"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, uint8) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::uint16"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, uint16) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::uint32"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, uint32) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::uint64"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, uint64) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::fval"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, fval) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::dval"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, dval) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::tv"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, tv) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::time"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, time) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::status"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, status) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::rank"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, rank) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::nspace"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, nspace) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::proc_"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, proc_) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::bo"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, bo) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::persist"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, persist) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::scope"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, scope) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::range"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, range) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::state"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, state) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::pinfo"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, pinfo) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::darray"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, darray) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::ptr"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, ptr) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::adir"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, adir) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::envar"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, envar) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::coord"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, coord) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::linkstate"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, linkstate) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::jstate"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, jstate) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::topo"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, topo) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::cpuset"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, cpuset) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::locality"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, locality) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::geometry"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, geometry) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::devtype"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, devtype) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::devdist"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, devdist) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::endpoint"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, endpoint) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::dbuf"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, dbuf) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::pstats"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, pstats) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::dkstats"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, dkstats) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::netstats"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, netstats) - 0usize];
+    ["Offset of field: pmix_value__bindgen_ty_1::ndstats"]
+        [::core::mem::offset_of!(pmix_value__bindgen_ty_1, ndstats) - 0usize];
+};
 impl Default for pmix_value__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1320,6 +1685,13 @@ impl Default for pmix_value__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_value"][::core::mem::size_of::<pmix_value>() - 32usize];
+    ["Alignment of pmix_value"][::core::mem::align_of::<pmix_value>() - 8usize];
+    ["Offset of field: pmix_value::type_"][::core::mem::offset_of!(pmix_value, type_) - 0usize];
+    ["Offset of field: pmix_value::data"][::core::mem::offset_of!(pmix_value, data) - 8usize];
+};
 impl Default for pmix_value {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1337,6 +1709,14 @@ pub struct pmix_info {
     pub flags: pmix_info_directives_t,
     pub value: pmix_value_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_info"][::core::mem::size_of::<pmix_info>() - 552usize];
+    ["Alignment of pmix_info"][::core::mem::align_of::<pmix_info>() - 8usize];
+    ["Offset of field: pmix_info::key"][::core::mem::offset_of!(pmix_info, key) - 0usize];
+    ["Offset of field: pmix_info::flags"][::core::mem::offset_of!(pmix_info, flags) - 512usize];
+    ["Offset of field: pmix_info::value"][::core::mem::offset_of!(pmix_info, value) - 520usize];
+};
 impl Default for pmix_info {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1358,6 +1738,14 @@ pub struct pmix_pdata {
     pub key: pmix_key_t,
     pub value: pmix_value_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_pdata"][::core::mem::size_of::<pmix_pdata>() - 808usize];
+    ["Alignment of pmix_pdata"][::core::mem::align_of::<pmix_pdata>() - 8usize];
+    ["Offset of field: pmix_pdata::proc_"][::core::mem::offset_of!(pmix_pdata, proc_) - 0usize];
+    ["Offset of field: pmix_pdata::key"][::core::mem::offset_of!(pmix_pdata, key) - 260usize];
+    ["Offset of field: pmix_pdata::value"][::core::mem::offset_of!(pmix_pdata, value) - 776usize];
+};
 impl Default for pmix_pdata {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1379,6 +1767,18 @@ pub struct pmix_app {
     pub info: *mut pmix_info_t,
     pub ninfo: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_app"][::core::mem::size_of::<pmix_app>() - 56usize];
+    ["Alignment of pmix_app"][::core::mem::align_of::<pmix_app>() - 8usize];
+    ["Offset of field: pmix_app::cmd"][::core::mem::offset_of!(pmix_app, cmd) - 0usize];
+    ["Offset of field: pmix_app::argv"][::core::mem::offset_of!(pmix_app, argv) - 8usize];
+    ["Offset of field: pmix_app::env"][::core::mem::offset_of!(pmix_app, env) - 16usize];
+    ["Offset of field: pmix_app::cwd"][::core::mem::offset_of!(pmix_app, cwd) - 24usize];
+    ["Offset of field: pmix_app::maxprocs"][::core::mem::offset_of!(pmix_app, maxprocs) - 32usize];
+    ["Offset of field: pmix_app::info"][::core::mem::offset_of!(pmix_app, info) - 40usize];
+    ["Offset of field: pmix_app::ninfo"][::core::mem::offset_of!(pmix_app, ninfo) - 48usize];
+};
 impl Default for pmix_app {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1396,6 +1796,15 @@ pub struct pmix_query {
     pub qualifiers: *mut pmix_info_t,
     pub nqual: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_query"][::core::mem::size_of::<pmix_query>() - 24usize];
+    ["Alignment of pmix_query"][::core::mem::align_of::<pmix_query>() - 8usize];
+    ["Offset of field: pmix_query::keys"][::core::mem::offset_of!(pmix_query, keys) - 0usize];
+    ["Offset of field: pmix_query::qualifiers"]
+        [::core::mem::offset_of!(pmix_query, qualifiers) - 8usize];
+    ["Offset of field: pmix_query::nqual"][::core::mem::offset_of!(pmix_query, nqual) - 16usize];
+};
 impl Default for pmix_query {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1414,6 +1823,19 @@ pub struct pmix_regattr_t {
     pub type_: pmix_data_type_t,
     pub description: *mut *mut ::core::ffi::c_char,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_regattr_t"][::core::mem::size_of::<pmix_regattr_t>() - 536usize];
+    ["Alignment of pmix_regattr_t"][::core::mem::align_of::<pmix_regattr_t>() - 8usize];
+    ["Offset of field: pmix_regattr_t::name"]
+        [::core::mem::offset_of!(pmix_regattr_t, name) - 0usize];
+    ["Offset of field: pmix_regattr_t::string"]
+        [::core::mem::offset_of!(pmix_regattr_t, string) - 8usize];
+    ["Offset of field: pmix_regattr_t::type_"]
+        [::core::mem::offset_of!(pmix_regattr_t, type_) - 520usize];
+    ["Offset of field: pmix_regattr_t::description"]
+        [::core::mem::offset_of!(pmix_regattr_t, description) - 528usize];
+};
 impl Default for pmix_regattr_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1432,6 +1854,20 @@ pub struct pmix_fabric_s {
     pub ninfo: usize,
     pub module: *mut ::core::ffi::c_void,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pmix_fabric_s"][::core::mem::size_of::<pmix_fabric_s>() - 40usize];
+    ["Alignment of pmix_fabric_s"][::core::mem::align_of::<pmix_fabric_s>() - 8usize];
+    ["Offset of field: pmix_fabric_s::name"][::core::mem::offset_of!(pmix_fabric_s, name) - 0usize];
+    ["Offset of field: pmix_fabric_s::index"]
+        [::core::mem::offset_of!(pmix_fabric_s, index) - 8usize];
+    ["Offset of field: pmix_fabric_s::info"]
+        [::core::mem::offset_of!(pmix_fabric_s, info) - 16usize];
+    ["Offset of field: pmix_fabric_s::ninfo"]
+        [::core::mem::offset_of!(pmix_fabric_s, ninfo) - 24usize];
+    ["Offset of field: pmix_fabric_s::module"]
+        [::core::mem::offset_of!(pmix_fabric_s, module) - 32usize];
+};
 impl Default for pmix_fabric_s {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();

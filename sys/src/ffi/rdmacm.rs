@@ -90,6 +90,49 @@ pub struct ibv_sa_path_rec {
     pub packet_life_time: u8,
     pub preference: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_sa_path_rec"][::core::mem::size_of::<ibv_sa_path_rec>() - 64usize];
+    ["Alignment of ibv_sa_path_rec"][::core::mem::align_of::<ibv_sa_path_rec>() - 8usize];
+    ["Offset of field: ibv_sa_path_rec::dgid"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, dgid) - 0usize];
+    ["Offset of field: ibv_sa_path_rec::sgid"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, sgid) - 16usize];
+    ["Offset of field: ibv_sa_path_rec::dlid"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, dlid) - 32usize];
+    ["Offset of field: ibv_sa_path_rec::slid"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, slid) - 34usize];
+    ["Offset of field: ibv_sa_path_rec::raw_traffic"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, raw_traffic) - 36usize];
+    ["Offset of field: ibv_sa_path_rec::flow_label"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, flow_label) - 40usize];
+    ["Offset of field: ibv_sa_path_rec::hop_limit"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, hop_limit) - 44usize];
+    ["Offset of field: ibv_sa_path_rec::traffic_class"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, traffic_class) - 45usize];
+    ["Offset of field: ibv_sa_path_rec::reversible"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, reversible) - 48usize];
+    ["Offset of field: ibv_sa_path_rec::numb_path"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, numb_path) - 52usize];
+    ["Offset of field: ibv_sa_path_rec::pkey"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, pkey) - 54usize];
+    ["Offset of field: ibv_sa_path_rec::sl"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, sl) - 56usize];
+    ["Offset of field: ibv_sa_path_rec::mtu_selector"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, mtu_selector) - 57usize];
+    ["Offset of field: ibv_sa_path_rec::mtu"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, mtu) - 58usize];
+    ["Offset of field: ibv_sa_path_rec::rate_selector"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, rate_selector) - 59usize];
+    ["Offset of field: ibv_sa_path_rec::rate"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, rate) - 60usize];
+    ["Offset of field: ibv_sa_path_rec::packet_life_time_selector"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, packet_life_time_selector) - 61usize];
+    ["Offset of field: ibv_sa_path_rec::packet_life_time"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, packet_life_time) - 62usize];
+    ["Offset of field: ibv_sa_path_rec::preference"]
+        [::core::mem::offset_of!(ibv_sa_path_rec, preference) - 63usize];
+};
 impl Default for ibv_sa_path_rec {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -127,6 +170,14 @@ pub struct rdma_ib_addr {
     pub dgid: ibv_gid,
     pub pkey: __be16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_ib_addr"][::core::mem::size_of::<rdma_ib_addr>() - 40usize];
+    ["Alignment of rdma_ib_addr"][::core::mem::align_of::<rdma_ib_addr>() - 8usize];
+    ["Offset of field: rdma_ib_addr::sgid"][::core::mem::offset_of!(rdma_ib_addr, sgid) - 0usize];
+    ["Offset of field: rdma_ib_addr::dgid"][::core::mem::offset_of!(rdma_ib_addr, dgid) - 16usize];
+    ["Offset of field: rdma_ib_addr::pkey"][::core::mem::offset_of!(rdma_ib_addr, pkey) - 32usize];
+};
 impl Default for rdma_ib_addr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -150,6 +201,21 @@ pub struct rdma_addr__bindgen_ty_1 {
     pub src_storage: __BindgenUnionField<sockaddr_storage>,
     pub bindgen_union_field: __BindgenOpaqueArray8<[u8; 128usize]>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_addr__bindgen_ty_1"]
+        [::core::mem::size_of::<rdma_addr__bindgen_ty_1>() - 128usize];
+    ["Alignment of rdma_addr__bindgen_ty_1"]
+        [::core::mem::align_of::<rdma_addr__bindgen_ty_1>() - 8usize];
+    ["Offset of field: rdma_addr__bindgen_ty_1::src_addr"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_1, src_addr) - 0usize];
+    ["Offset of field: rdma_addr__bindgen_ty_1::src_sin"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_1, src_sin) - 0usize];
+    ["Offset of field: rdma_addr__bindgen_ty_1::src_sin6"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_1, src_sin6) - 0usize];
+    ["Offset of field: rdma_addr__bindgen_ty_1::src_storage"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_1, src_storage) - 0usize];
+};
 impl Default for rdma_addr__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -167,6 +233,21 @@ pub struct rdma_addr__bindgen_ty_2 {
     pub dst_storage: __BindgenUnionField<sockaddr_storage>,
     pub bindgen_union_field: __BindgenOpaqueArray8<[u8; 128usize]>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_addr__bindgen_ty_2"]
+        [::core::mem::size_of::<rdma_addr__bindgen_ty_2>() - 128usize];
+    ["Alignment of rdma_addr__bindgen_ty_2"]
+        [::core::mem::align_of::<rdma_addr__bindgen_ty_2>() - 8usize];
+    ["Offset of field: rdma_addr__bindgen_ty_2::dst_addr"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_2, dst_addr) - 0usize];
+    ["Offset of field: rdma_addr__bindgen_ty_2::dst_sin"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_2, dst_sin) - 0usize];
+    ["Offset of field: rdma_addr__bindgen_ty_2::dst_sin6"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_2, dst_sin6) - 0usize];
+    ["Offset of field: rdma_addr__bindgen_ty_2::dst_storage"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_2, dst_storage) - 0usize];
+};
 impl Default for rdma_addr__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -181,6 +262,15 @@ pub struct rdma_addr__bindgen_ty_3 {
     pub ibaddr: __BindgenUnionField<rdma_ib_addr>,
     pub bindgen_union_field: __BindgenOpaqueArray8<[u8; 40usize]>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_addr__bindgen_ty_3"]
+        [::core::mem::size_of::<rdma_addr__bindgen_ty_3>() - 40usize];
+    ["Alignment of rdma_addr__bindgen_ty_3"]
+        [::core::mem::align_of::<rdma_addr__bindgen_ty_3>() - 8usize];
+    ["Offset of field: rdma_addr__bindgen_ty_3::ibaddr"]
+        [::core::mem::offset_of!(rdma_addr__bindgen_ty_3, ibaddr) - 0usize];
+};
 impl Default for rdma_addr__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -190,6 +280,12 @@ impl Default for rdma_addr__bindgen_ty_3 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_addr"][::core::mem::size_of::<rdma_addr>() - 296usize];
+    ["Alignment of rdma_addr"][::core::mem::align_of::<rdma_addr>() - 8usize];
+    ["Offset of field: rdma_addr::addr"][::core::mem::offset_of!(rdma_addr, addr) - 256usize];
+};
 impl Default for rdma_addr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -205,6 +301,16 @@ pub struct rdma_route {
     pub path_rec: *mut ibv_sa_path_rec,
     pub num_paths: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_route"][::core::mem::size_of::<rdma_route>() - 312usize];
+    ["Alignment of rdma_route"][::core::mem::align_of::<rdma_route>() - 8usize];
+    ["Offset of field: rdma_route::addr"][::core::mem::offset_of!(rdma_route, addr) - 0usize];
+    ["Offset of field: rdma_route::path_rec"]
+        [::core::mem::offset_of!(rdma_route, path_rec) - 296usize];
+    ["Offset of field: rdma_route::num_paths"]
+        [::core::mem::offset_of!(rdma_route, num_paths) - 304usize];
+};
 impl Default for rdma_route {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -219,6 +325,13 @@ impl Default for rdma_route {
 pub struct rdma_event_channel {
     pub fd: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_event_channel"][::core::mem::size_of::<rdma_event_channel>() - 4usize];
+    ["Alignment of rdma_event_channel"][::core::mem::align_of::<rdma_event_channel>() - 4usize];
+    ["Offset of field: rdma_event_channel::fd"]
+        [::core::mem::offset_of!(rdma_event_channel, fd) - 0usize];
+};
 #[repr(C)]
 pub struct rdma_cm_id {
     pub verbs: *mut ibv_context,
@@ -237,6 +350,33 @@ pub struct rdma_cm_id {
     pub pd: *mut ibv_pd,
     pub qp_type: ibv_qp_type,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_cm_id"][::core::mem::size_of::<rdma_cm_id>() - 416usize];
+    ["Alignment of rdma_cm_id"][::core::mem::align_of::<rdma_cm_id>() - 8usize];
+    ["Offset of field: rdma_cm_id::verbs"][::core::mem::offset_of!(rdma_cm_id, verbs) - 0usize];
+    ["Offset of field: rdma_cm_id::channel"][::core::mem::offset_of!(rdma_cm_id, channel) - 8usize];
+    ["Offset of field: rdma_cm_id::context"]
+        [::core::mem::offset_of!(rdma_cm_id, context) - 16usize];
+    ["Offset of field: rdma_cm_id::qp"][::core::mem::offset_of!(rdma_cm_id, qp) - 24usize];
+    ["Offset of field: rdma_cm_id::route"][::core::mem::offset_of!(rdma_cm_id, route) - 32usize];
+    ["Offset of field: rdma_cm_id::ps"][::core::mem::offset_of!(rdma_cm_id, ps) - 344usize];
+    ["Offset of field: rdma_cm_id::port_num"]
+        [::core::mem::offset_of!(rdma_cm_id, port_num) - 348usize];
+    ["Offset of field: rdma_cm_id::event"][::core::mem::offset_of!(rdma_cm_id, event) - 352usize];
+    ["Offset of field: rdma_cm_id::send_cq_channel"]
+        [::core::mem::offset_of!(rdma_cm_id, send_cq_channel) - 360usize];
+    ["Offset of field: rdma_cm_id::send_cq"]
+        [::core::mem::offset_of!(rdma_cm_id, send_cq) - 368usize];
+    ["Offset of field: rdma_cm_id::recv_cq_channel"]
+        [::core::mem::offset_of!(rdma_cm_id, recv_cq_channel) - 376usize];
+    ["Offset of field: rdma_cm_id::recv_cq"]
+        [::core::mem::offset_of!(rdma_cm_id, recv_cq) - 384usize];
+    ["Offset of field: rdma_cm_id::srq"][::core::mem::offset_of!(rdma_cm_id, srq) - 392usize];
+    ["Offset of field: rdma_cm_id::pd"][::core::mem::offset_of!(rdma_cm_id, pd) - 400usize];
+    ["Offset of field: rdma_cm_id::qp_type"]
+        [::core::mem::offset_of!(rdma_cm_id, qp_type) - 408usize];
+};
 impl Default for rdma_cm_id {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -262,6 +402,29 @@ pub struct rdma_conn_param {
     pub srq: u8,
     pub qp_num: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_conn_param"][::core::mem::size_of::<rdma_conn_param>() - 24usize];
+    ["Alignment of rdma_conn_param"][::core::mem::align_of::<rdma_conn_param>() - 8usize];
+    ["Offset of field: rdma_conn_param::private_data"]
+        [::core::mem::offset_of!(rdma_conn_param, private_data) - 0usize];
+    ["Offset of field: rdma_conn_param::private_data_len"]
+        [::core::mem::offset_of!(rdma_conn_param, private_data_len) - 8usize];
+    ["Offset of field: rdma_conn_param::responder_resources"]
+        [::core::mem::offset_of!(rdma_conn_param, responder_resources) - 9usize];
+    ["Offset of field: rdma_conn_param::initiator_depth"]
+        [::core::mem::offset_of!(rdma_conn_param, initiator_depth) - 10usize];
+    ["Offset of field: rdma_conn_param::flow_control"]
+        [::core::mem::offset_of!(rdma_conn_param, flow_control) - 11usize];
+    ["Offset of field: rdma_conn_param::retry_count"]
+        [::core::mem::offset_of!(rdma_conn_param, retry_count) - 12usize];
+    ["Offset of field: rdma_conn_param::rnr_retry_count"]
+        [::core::mem::offset_of!(rdma_conn_param, rnr_retry_count) - 13usize];
+    ["Offset of field: rdma_conn_param::srq"]
+        [::core::mem::offset_of!(rdma_conn_param, srq) - 14usize];
+    ["Offset of field: rdma_conn_param::qp_num"]
+        [::core::mem::offset_of!(rdma_conn_param, qp_num) - 16usize];
+};
 impl Default for rdma_conn_param {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -279,6 +442,21 @@ pub struct rdma_ud_param {
     pub qp_num: u32,
     pub qkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_ud_param"][::core::mem::size_of::<rdma_ud_param>() - 56usize];
+    ["Alignment of rdma_ud_param"][::core::mem::align_of::<rdma_ud_param>() - 8usize];
+    ["Offset of field: rdma_ud_param::private_data"]
+        [::core::mem::offset_of!(rdma_ud_param, private_data) - 0usize];
+    ["Offset of field: rdma_ud_param::private_data_len"]
+        [::core::mem::offset_of!(rdma_ud_param, private_data_len) - 8usize];
+    ["Offset of field: rdma_ud_param::ah_attr"]
+        [::core::mem::offset_of!(rdma_ud_param, ah_attr) - 16usize];
+    ["Offset of field: rdma_ud_param::qp_num"]
+        [::core::mem::offset_of!(rdma_ud_param, qp_num) - 48usize];
+    ["Offset of field: rdma_ud_param::qkey"]
+        [::core::mem::offset_of!(rdma_ud_param, qkey) - 52usize];
+};
 impl Default for rdma_ud_param {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -302,6 +480,17 @@ pub struct rdma_cm_event__bindgen_ty_1 {
     pub ud: __BindgenUnionField<rdma_ud_param>,
     pub bindgen_union_field: __BindgenOpaqueArray8<[u8; 56usize]>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_cm_event__bindgen_ty_1"]
+        [::core::mem::size_of::<rdma_cm_event__bindgen_ty_1>() - 56usize];
+    ["Alignment of rdma_cm_event__bindgen_ty_1"]
+        [::core::mem::align_of::<rdma_cm_event__bindgen_ty_1>() - 8usize];
+    ["Offset of field: rdma_cm_event__bindgen_ty_1::conn"]
+        [::core::mem::offset_of!(rdma_cm_event__bindgen_ty_1, conn) - 0usize];
+    ["Offset of field: rdma_cm_event__bindgen_ty_1::ud"]
+        [::core::mem::offset_of!(rdma_cm_event__bindgen_ty_1, ud) - 0usize];
+};
 impl Default for rdma_cm_event__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -311,6 +500,20 @@ impl Default for rdma_cm_event__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_cm_event"][::core::mem::size_of::<rdma_cm_event>() - 80usize];
+    ["Alignment of rdma_cm_event"][::core::mem::align_of::<rdma_cm_event>() - 8usize];
+    ["Offset of field: rdma_cm_event::id"][::core::mem::offset_of!(rdma_cm_event, id) - 0usize];
+    ["Offset of field: rdma_cm_event::listen_id"]
+        [::core::mem::offset_of!(rdma_cm_event, listen_id) - 8usize];
+    ["Offset of field: rdma_cm_event::event"]
+        [::core::mem::offset_of!(rdma_cm_event, event) - 16usize];
+    ["Offset of field: rdma_cm_event::status"]
+        [::core::mem::offset_of!(rdma_cm_event, status) - 20usize];
+    ["Offset of field: rdma_cm_event::param"]
+        [::core::mem::offset_of!(rdma_cm_event, param) - 24usize];
+};
 impl Default for rdma_cm_event {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -338,6 +541,41 @@ pub struct rdma_addrinfo {
     pub ai_connect: *mut ::core::ffi::c_void,
     pub ai_next: *mut rdma_addrinfo,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_addrinfo"][::core::mem::size_of::<rdma_addrinfo>() - 96usize];
+    ["Alignment of rdma_addrinfo"][::core::mem::align_of::<rdma_addrinfo>() - 8usize];
+    ["Offset of field: rdma_addrinfo::ai_flags"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_flags) - 0usize];
+    ["Offset of field: rdma_addrinfo::ai_family"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_family) - 4usize];
+    ["Offset of field: rdma_addrinfo::ai_qp_type"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_qp_type) - 8usize];
+    ["Offset of field: rdma_addrinfo::ai_port_space"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_port_space) - 12usize];
+    ["Offset of field: rdma_addrinfo::ai_src_len"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_src_len) - 16usize];
+    ["Offset of field: rdma_addrinfo::ai_dst_len"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_dst_len) - 20usize];
+    ["Offset of field: rdma_addrinfo::ai_src_addr"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_src_addr) - 24usize];
+    ["Offset of field: rdma_addrinfo::ai_dst_addr"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_dst_addr) - 32usize];
+    ["Offset of field: rdma_addrinfo::ai_src_canonname"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_src_canonname) - 40usize];
+    ["Offset of field: rdma_addrinfo::ai_dst_canonname"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_dst_canonname) - 48usize];
+    ["Offset of field: rdma_addrinfo::ai_route_len"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_route_len) - 56usize];
+    ["Offset of field: rdma_addrinfo::ai_route"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_route) - 64usize];
+    ["Offset of field: rdma_addrinfo::ai_connect_len"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_connect_len) - 72usize];
+    ["Offset of field: rdma_addrinfo::ai_connect"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_connect) - 80usize];
+    ["Offset of field: rdma_addrinfo::ai_next"]
+        [::core::mem::offset_of!(rdma_addrinfo, ai_next) - 88usize];
+};
 impl Default for rdma_addrinfo {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -362,6 +600,19 @@ pub struct rdma_cm_join_mc_attr_ex {
     pub join_flags: u32,
     pub addr: *mut sockaddr,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of rdma_cm_join_mc_attr_ex"]
+        [::core::mem::size_of::<rdma_cm_join_mc_attr_ex>() - 16usize];
+    ["Alignment of rdma_cm_join_mc_attr_ex"]
+        [::core::mem::align_of::<rdma_cm_join_mc_attr_ex>() - 8usize];
+    ["Offset of field: rdma_cm_join_mc_attr_ex::comp_mask"]
+        [::core::mem::offset_of!(rdma_cm_join_mc_attr_ex, comp_mask) - 0usize];
+    ["Offset of field: rdma_cm_join_mc_attr_ex::join_flags"]
+        [::core::mem::offset_of!(rdma_cm_join_mc_attr_ex, join_flags) - 4usize];
+    ["Offset of field: rdma_cm_join_mc_attr_ex::addr"]
+        [::core::mem::offset_of!(rdma_cm_join_mc_attr_ex, addr) - 8usize];
+};
 impl Default for rdma_cm_join_mc_attr_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();

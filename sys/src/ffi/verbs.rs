@@ -14,6 +14,13 @@ pub struct timespec {
     pub tv_sec: __time_t,
     pub tv_nsec: __syscall_slong_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of timespec"][::core::mem::size_of::<timespec>() - 16usize];
+    ["Alignment of timespec"][::core::mem::align_of::<timespec>() - 8usize];
+    ["Offset of field: timespec::tv_sec"][::core::mem::offset_of!(timespec, tv_sec) - 0usize];
+    ["Offset of field: timespec::tv_nsec"][::core::mem::offset_of!(timespec, tv_nsec) - 8usize];
+};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union __atomic_wide_counter {
@@ -26,6 +33,27 @@ pub struct __atomic_wide_counter__bindgen_ty_1 {
     pub __low: ::core::ffi::c_uint,
     pub __high: ::core::ffi::c_uint,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of __atomic_wide_counter__bindgen_ty_1"]
+        [::core::mem::size_of::<__atomic_wide_counter__bindgen_ty_1>() - 8usize];
+    ["Alignment of __atomic_wide_counter__bindgen_ty_1"]
+        [::core::mem::align_of::<__atomic_wide_counter__bindgen_ty_1>() - 4usize];
+    ["Offset of field: __atomic_wide_counter__bindgen_ty_1::__low"]
+        [::core::mem::offset_of!(__atomic_wide_counter__bindgen_ty_1, __low) - 0usize];
+    ["Offset of field: __atomic_wide_counter__bindgen_ty_1::__high"]
+        [::core::mem::offset_of!(__atomic_wide_counter__bindgen_ty_1, __high) - 4usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of __atomic_wide_counter"][::core::mem::size_of::<__atomic_wide_counter>() - 8usize];
+    ["Alignment of __atomic_wide_counter"]
+        [::core::mem::align_of::<__atomic_wide_counter>() - 8usize];
+    ["Offset of field: __atomic_wide_counter::__value64"]
+        [::core::mem::offset_of!(__atomic_wide_counter, __value64) - 0usize];
+    ["Offset of field: __atomic_wide_counter::__value32"]
+        [::core::mem::offset_of!(__atomic_wide_counter, __value32) - 0usize];
+};
 impl Default for __atomic_wide_counter {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -41,6 +69,17 @@ pub struct __pthread_internal_list {
     pub __prev: *mut __pthread_internal_list,
     pub __next: *mut __pthread_internal_list,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of __pthread_internal_list"]
+        [::core::mem::size_of::<__pthread_internal_list>() - 16usize];
+    ["Alignment of __pthread_internal_list"]
+        [::core::mem::align_of::<__pthread_internal_list>() - 8usize];
+    ["Offset of field: __pthread_internal_list::__prev"]
+        [::core::mem::offset_of!(__pthread_internal_list, __prev) - 0usize];
+    ["Offset of field: __pthread_internal_list::__next"]
+        [::core::mem::offset_of!(__pthread_internal_list, __next) - 8usize];
+};
 impl Default for __pthread_internal_list {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -63,6 +102,27 @@ pub struct __pthread_mutex_s {
     pub __elision: ::core::ffi::c_short,
     pub __list: __pthread_list_t,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of __pthread_mutex_s"][::core::mem::size_of::<__pthread_mutex_s>() - 40usize];
+    ["Alignment of __pthread_mutex_s"][::core::mem::align_of::<__pthread_mutex_s>() - 8usize];
+    ["Offset of field: __pthread_mutex_s::__lock"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __lock) - 0usize];
+    ["Offset of field: __pthread_mutex_s::__count"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __count) - 4usize];
+    ["Offset of field: __pthread_mutex_s::__owner"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __owner) - 8usize];
+    ["Offset of field: __pthread_mutex_s::__nusers"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __nusers) - 12usize];
+    ["Offset of field: __pthread_mutex_s::__kind"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __kind) - 16usize];
+    ["Offset of field: __pthread_mutex_s::__spins"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __spins) - 20usize];
+    ["Offset of field: __pthread_mutex_s::__elision"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __elision) - 22usize];
+    ["Offset of field: __pthread_mutex_s::__list"]
+        [::core::mem::offset_of!(__pthread_mutex_s, __list) - 24usize];
+};
 impl Default for __pthread_mutex_s {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -83,6 +143,25 @@ pub struct __pthread_cond_s {
     pub __wrefs: ::core::ffi::c_uint,
     pub __g_signals: [::core::ffi::c_uint; 2usize],
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of __pthread_cond_s"][::core::mem::size_of::<__pthread_cond_s>() - 48usize];
+    ["Alignment of __pthread_cond_s"][::core::mem::align_of::<__pthread_cond_s>() - 8usize];
+    ["Offset of field: __pthread_cond_s::__wseq"]
+        [::core::mem::offset_of!(__pthread_cond_s, __wseq) - 0usize];
+    ["Offset of field: __pthread_cond_s::__g1_start"]
+        [::core::mem::offset_of!(__pthread_cond_s, __g1_start) - 8usize];
+    ["Offset of field: __pthread_cond_s::__g_refs"]
+        [::core::mem::offset_of!(__pthread_cond_s, __g_refs) - 16usize];
+    ["Offset of field: __pthread_cond_s::__g_size"]
+        [::core::mem::offset_of!(__pthread_cond_s, __g_size) - 24usize];
+    ["Offset of field: __pthread_cond_s::__g1_orig_size"]
+        [::core::mem::offset_of!(__pthread_cond_s, __g1_orig_size) - 32usize];
+    ["Offset of field: __pthread_cond_s::__wrefs"]
+        [::core::mem::offset_of!(__pthread_cond_s, __wrefs) - 36usize];
+    ["Offset of field: __pthread_cond_s::__g_signals"]
+        [::core::mem::offset_of!(__pthread_cond_s, __g_signals) - 40usize];
+};
 impl Default for __pthread_cond_s {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -99,6 +178,17 @@ pub union pthread_mutex_t {
     pub __size: [::core::ffi::c_char; 40usize],
     pub __align: ::core::ffi::c_long,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pthread_mutex_t"][::core::mem::size_of::<pthread_mutex_t>() - 40usize];
+    ["Alignment of pthread_mutex_t"][::core::mem::align_of::<pthread_mutex_t>() - 8usize];
+    ["Offset of field: pthread_mutex_t::__data"]
+        [::core::mem::offset_of!(pthread_mutex_t, __data) - 0usize];
+    ["Offset of field: pthread_mutex_t::__size"]
+        [::core::mem::offset_of!(pthread_mutex_t, __size) - 0usize];
+    ["Offset of field: pthread_mutex_t::__align"]
+        [::core::mem::offset_of!(pthread_mutex_t, __align) - 0usize];
+};
 impl Default for pthread_mutex_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -115,6 +205,17 @@ pub union pthread_cond_t {
     pub __size: [::core::ffi::c_char; 48usize],
     pub __align: ::core::ffi::c_longlong,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of pthread_cond_t"][::core::mem::size_of::<pthread_cond_t>() - 48usize];
+    ["Alignment of pthread_cond_t"][::core::mem::align_of::<pthread_cond_t>() - 8usize];
+    ["Offset of field: pthread_cond_t::__data"]
+        [::core::mem::offset_of!(pthread_cond_t, __data) - 0usize];
+    ["Offset of field: pthread_cond_t::__size"]
+        [::core::mem::offset_of!(pthread_cond_t, __size) - 0usize];
+    ["Offset of field: pthread_cond_t::__align"]
+        [::core::mem::offset_of!(pthread_cond_t, __align) - 0usize];
+};
 impl Default for pthread_cond_t {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -149,6 +250,20 @@ pub union ib_uverbs_flow_action_esp_encap__bindgen_ty_1 {
     pub val_ptr: *mut ::core::ffi::c_void,
     pub val_ptr_data_u64: __u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ib_uverbs_flow_action_esp_encap__bindgen_ty_1"]
+        [::core::mem::size_of::<ib_uverbs_flow_action_esp_encap__bindgen_ty_1>() - 8usize];
+    ["Alignment of ib_uverbs_flow_action_esp_encap__bindgen_ty_1"]
+        [::core::mem::align_of::<ib_uverbs_flow_action_esp_encap__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ib_uverbs_flow_action_esp_encap__bindgen_ty_1::val_ptr"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp_encap__bindgen_ty_1, val_ptr) - 0usize];
+    ["Offset of field: ib_uverbs_flow_action_esp_encap__bindgen_ty_1::val_ptr_data_u64"][::core::mem::offset_of!(
+        ib_uverbs_flow_action_esp_encap__bindgen_ty_1,
+        val_ptr_data_u64
+    )
+        - 0usize];
+};
 impl Default for ib_uverbs_flow_action_esp_encap__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -164,6 +279,20 @@ pub union ib_uverbs_flow_action_esp_encap__bindgen_ty_2 {
     pub next_ptr: *mut ib_uverbs_flow_action_esp_encap,
     pub next_ptr_data_u64: __u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ib_uverbs_flow_action_esp_encap__bindgen_ty_2"]
+        [::core::mem::size_of::<ib_uverbs_flow_action_esp_encap__bindgen_ty_2>() - 8usize];
+    ["Alignment of ib_uverbs_flow_action_esp_encap__bindgen_ty_2"]
+        [::core::mem::align_of::<ib_uverbs_flow_action_esp_encap__bindgen_ty_2>() - 8usize];
+    ["Offset of field: ib_uverbs_flow_action_esp_encap__bindgen_ty_2::next_ptr"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp_encap__bindgen_ty_2, next_ptr) - 0usize];
+    ["Offset of field: ib_uverbs_flow_action_esp_encap__bindgen_ty_2::next_ptr_data_u64"][::core::mem::offset_of!(
+        ib_uverbs_flow_action_esp_encap__bindgen_ty_2,
+        next_ptr_data_u64
+    )
+        - 0usize];
+};
 impl Default for ib_uverbs_flow_action_esp_encap__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -173,6 +302,17 @@ impl Default for ib_uverbs_flow_action_esp_encap__bindgen_ty_2 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ib_uverbs_flow_action_esp_encap"]
+        [::core::mem::size_of::<ib_uverbs_flow_action_esp_encap>() - 24usize];
+    ["Alignment of ib_uverbs_flow_action_esp_encap"]
+        [::core::mem::align_of::<ib_uverbs_flow_action_esp_encap>() - 8usize];
+    ["Offset of field: ib_uverbs_flow_action_esp_encap::len"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp_encap, len) - 16usize];
+    ["Offset of field: ib_uverbs_flow_action_esp_encap::type_"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp_encap, type_) - 18usize];
+};
 impl Default for ib_uverbs_flow_action_esp_encap {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -191,6 +331,23 @@ pub struct ib_uverbs_flow_action_esp {
     pub flags: __u32,
     pub hard_limit_pkts: __u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ib_uverbs_flow_action_esp"]
+        [::core::mem::size_of::<ib_uverbs_flow_action_esp>() - 24usize];
+    ["Alignment of ib_uverbs_flow_action_esp"]
+        [::core::mem::align_of::<ib_uverbs_flow_action_esp>() - 8usize];
+    ["Offset of field: ib_uverbs_flow_action_esp::spi"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp, spi) - 0usize];
+    ["Offset of field: ib_uverbs_flow_action_esp::seq"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp, seq) - 4usize];
+    ["Offset of field: ib_uverbs_flow_action_esp::tfc_pad"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp, tfc_pad) - 8usize];
+    ["Offset of field: ib_uverbs_flow_action_esp::flags"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp, flags) - 12usize];
+    ["Offset of field: ib_uverbs_flow_action_esp::hard_limit_pkts"]
+        [::core::mem::offset_of!(ib_uverbs_flow_action_esp, hard_limit_pkts) - 16usize];
+};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub union ibv_gid {
@@ -203,6 +360,23 @@ pub struct ibv_gid__bindgen_ty_1 {
     pub subnet_prefix: __be64,
     pub interface_id: __be64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_gid__bindgen_ty_1"][::core::mem::size_of::<ibv_gid__bindgen_ty_1>() - 16usize];
+    ["Alignment of ibv_gid__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_gid__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_gid__bindgen_ty_1::subnet_prefix"]
+        [::core::mem::offset_of!(ibv_gid__bindgen_ty_1, subnet_prefix) - 0usize];
+    ["Offset of field: ibv_gid__bindgen_ty_1::interface_id"]
+        [::core::mem::offset_of!(ibv_gid__bindgen_ty_1, interface_id) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_gid"][::core::mem::size_of::<ibv_gid>() - 16usize];
+    ["Alignment of ibv_gid"][::core::mem::align_of::<ibv_gid>() - 8usize];
+    ["Offset of field: ibv_gid::raw"][::core::mem::offset_of!(ibv_gid, raw) - 0usize];
+    ["Offset of field: ibv_gid::global"][::core::mem::offset_of!(ibv_gid, global) - 0usize];
+};
 impl Default for ibv_gid {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -225,6 +399,20 @@ pub struct ibv_gid_entry {
     pub gid_type: u32,
     pub ndev_ifindex: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_gid_entry"][::core::mem::size_of::<ibv_gid_entry>() - 32usize];
+    ["Alignment of ibv_gid_entry"][::core::mem::align_of::<ibv_gid_entry>() - 8usize];
+    ["Offset of field: ibv_gid_entry::gid"][::core::mem::offset_of!(ibv_gid_entry, gid) - 0usize];
+    ["Offset of field: ibv_gid_entry::gid_index"]
+        [::core::mem::offset_of!(ibv_gid_entry, gid_index) - 16usize];
+    ["Offset of field: ibv_gid_entry::port_num"]
+        [::core::mem::offset_of!(ibv_gid_entry, port_num) - 20usize];
+    ["Offset of field: ibv_gid_entry::gid_type"]
+        [::core::mem::offset_of!(ibv_gid_entry, gid_type) - 24usize];
+    ["Offset of field: ibv_gid_entry::ndev_ifindex"]
+        [::core::mem::offset_of!(ibv_gid_entry, ndev_ifindex) - 28usize];
+};
 impl Default for ibv_gid_entry {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -290,6 +478,17 @@ pub struct ibv_alloc_dm_attr {
     pub log_align_req: u32,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_alloc_dm_attr"][::core::mem::size_of::<ibv_alloc_dm_attr>() - 16usize];
+    ["Alignment of ibv_alloc_dm_attr"][::core::mem::align_of::<ibv_alloc_dm_attr>() - 8usize];
+    ["Offset of field: ibv_alloc_dm_attr::length"]
+        [::core::mem::offset_of!(ibv_alloc_dm_attr, length) - 0usize];
+    ["Offset of field: ibv_alloc_dm_attr::log_align_req"]
+        [::core::mem::offset_of!(ibv_alloc_dm_attr, log_align_req) - 8usize];
+    ["Offset of field: ibv_alloc_dm_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_alloc_dm_attr, comp_mask) - 12usize];
+};
 pub const IBV_DM_MASK_HANDLE: ibv_dm_mask = 1;
 pub type ibv_dm_mask = ::core::ffi::c_uint;
 #[repr(C)]
@@ -315,6 +514,18 @@ pub struct ibv_dm {
     pub comp_mask: u32,
     pub handle: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_dm"][::core::mem::size_of::<ibv_dm>() - 32usize];
+    ["Alignment of ibv_dm"][::core::mem::align_of::<ibv_dm>() - 8usize];
+    ["Offset of field: ibv_dm::context"][::core::mem::offset_of!(ibv_dm, context) - 0usize];
+    ["Offset of field: ibv_dm::memcpy_to_dm"]
+        [::core::mem::offset_of!(ibv_dm, memcpy_to_dm) - 8usize];
+    ["Offset of field: ibv_dm::memcpy_from_dm"]
+        [::core::mem::offset_of!(ibv_dm, memcpy_from_dm) - 16usize];
+    ["Offset of field: ibv_dm::comp_mask"][::core::mem::offset_of!(ibv_dm, comp_mask) - 24usize];
+    ["Offset of field: ibv_dm::handle"][::core::mem::offset_of!(ibv_dm, handle) - 28usize];
+};
 impl Default for ibv_dm {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -368,6 +579,91 @@ pub struct ibv_device_attr {
     pub local_ca_ack_delay: u8,
     pub phys_port_cnt: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_device_attr"][::core::mem::size_of::<ibv_device_attr>() - 232usize];
+    ["Alignment of ibv_device_attr"][::core::mem::align_of::<ibv_device_attr>() - 8usize];
+    ["Offset of field: ibv_device_attr::fw_ver"]
+        [::core::mem::offset_of!(ibv_device_attr, fw_ver) - 0usize];
+    ["Offset of field: ibv_device_attr::node_guid"]
+        [::core::mem::offset_of!(ibv_device_attr, node_guid) - 64usize];
+    ["Offset of field: ibv_device_attr::sys_image_guid"]
+        [::core::mem::offset_of!(ibv_device_attr, sys_image_guid) - 72usize];
+    ["Offset of field: ibv_device_attr::max_mr_size"]
+        [::core::mem::offset_of!(ibv_device_attr, max_mr_size) - 80usize];
+    ["Offset of field: ibv_device_attr::page_size_cap"]
+        [::core::mem::offset_of!(ibv_device_attr, page_size_cap) - 88usize];
+    ["Offset of field: ibv_device_attr::vendor_id"]
+        [::core::mem::offset_of!(ibv_device_attr, vendor_id) - 96usize];
+    ["Offset of field: ibv_device_attr::vendor_part_id"]
+        [::core::mem::offset_of!(ibv_device_attr, vendor_part_id) - 100usize];
+    ["Offset of field: ibv_device_attr::hw_ver"]
+        [::core::mem::offset_of!(ibv_device_attr, hw_ver) - 104usize];
+    ["Offset of field: ibv_device_attr::max_qp"]
+        [::core::mem::offset_of!(ibv_device_attr, max_qp) - 108usize];
+    ["Offset of field: ibv_device_attr::max_qp_wr"]
+        [::core::mem::offset_of!(ibv_device_attr, max_qp_wr) - 112usize];
+    ["Offset of field: ibv_device_attr::device_cap_flags"]
+        [::core::mem::offset_of!(ibv_device_attr, device_cap_flags) - 116usize];
+    ["Offset of field: ibv_device_attr::max_sge"]
+        [::core::mem::offset_of!(ibv_device_attr, max_sge) - 120usize];
+    ["Offset of field: ibv_device_attr::max_sge_rd"]
+        [::core::mem::offset_of!(ibv_device_attr, max_sge_rd) - 124usize];
+    ["Offset of field: ibv_device_attr::max_cq"]
+        [::core::mem::offset_of!(ibv_device_attr, max_cq) - 128usize];
+    ["Offset of field: ibv_device_attr::max_cqe"]
+        [::core::mem::offset_of!(ibv_device_attr, max_cqe) - 132usize];
+    ["Offset of field: ibv_device_attr::max_mr"]
+        [::core::mem::offset_of!(ibv_device_attr, max_mr) - 136usize];
+    ["Offset of field: ibv_device_attr::max_pd"]
+        [::core::mem::offset_of!(ibv_device_attr, max_pd) - 140usize];
+    ["Offset of field: ibv_device_attr::max_qp_rd_atom"]
+        [::core::mem::offset_of!(ibv_device_attr, max_qp_rd_atom) - 144usize];
+    ["Offset of field: ibv_device_attr::max_ee_rd_atom"]
+        [::core::mem::offset_of!(ibv_device_attr, max_ee_rd_atom) - 148usize];
+    ["Offset of field: ibv_device_attr::max_res_rd_atom"]
+        [::core::mem::offset_of!(ibv_device_attr, max_res_rd_atom) - 152usize];
+    ["Offset of field: ibv_device_attr::max_qp_init_rd_atom"]
+        [::core::mem::offset_of!(ibv_device_attr, max_qp_init_rd_atom) - 156usize];
+    ["Offset of field: ibv_device_attr::max_ee_init_rd_atom"]
+        [::core::mem::offset_of!(ibv_device_attr, max_ee_init_rd_atom) - 160usize];
+    ["Offset of field: ibv_device_attr::atomic_cap"]
+        [::core::mem::offset_of!(ibv_device_attr, atomic_cap) - 164usize];
+    ["Offset of field: ibv_device_attr::max_ee"]
+        [::core::mem::offset_of!(ibv_device_attr, max_ee) - 168usize];
+    ["Offset of field: ibv_device_attr::max_rdd"]
+        [::core::mem::offset_of!(ibv_device_attr, max_rdd) - 172usize];
+    ["Offset of field: ibv_device_attr::max_mw"]
+        [::core::mem::offset_of!(ibv_device_attr, max_mw) - 176usize];
+    ["Offset of field: ibv_device_attr::max_raw_ipv6_qp"]
+        [::core::mem::offset_of!(ibv_device_attr, max_raw_ipv6_qp) - 180usize];
+    ["Offset of field: ibv_device_attr::max_raw_ethy_qp"]
+        [::core::mem::offset_of!(ibv_device_attr, max_raw_ethy_qp) - 184usize];
+    ["Offset of field: ibv_device_attr::max_mcast_grp"]
+        [::core::mem::offset_of!(ibv_device_attr, max_mcast_grp) - 188usize];
+    ["Offset of field: ibv_device_attr::max_mcast_qp_attach"]
+        [::core::mem::offset_of!(ibv_device_attr, max_mcast_qp_attach) - 192usize];
+    ["Offset of field: ibv_device_attr::max_total_mcast_qp_attach"]
+        [::core::mem::offset_of!(ibv_device_attr, max_total_mcast_qp_attach) - 196usize];
+    ["Offset of field: ibv_device_attr::max_ah"]
+        [::core::mem::offset_of!(ibv_device_attr, max_ah) - 200usize];
+    ["Offset of field: ibv_device_attr::max_fmr"]
+        [::core::mem::offset_of!(ibv_device_attr, max_fmr) - 204usize];
+    ["Offset of field: ibv_device_attr::max_map_per_fmr"]
+        [::core::mem::offset_of!(ibv_device_attr, max_map_per_fmr) - 208usize];
+    ["Offset of field: ibv_device_attr::max_srq"]
+        [::core::mem::offset_of!(ibv_device_attr, max_srq) - 212usize];
+    ["Offset of field: ibv_device_attr::max_srq_wr"]
+        [::core::mem::offset_of!(ibv_device_attr, max_srq_wr) - 216usize];
+    ["Offset of field: ibv_device_attr::max_srq_sge"]
+        [::core::mem::offset_of!(ibv_device_attr, max_srq_sge) - 220usize];
+    ["Offset of field: ibv_device_attr::max_pkeys"]
+        [::core::mem::offset_of!(ibv_device_attr, max_pkeys) - 224usize];
+    ["Offset of field: ibv_device_attr::local_ca_ack_delay"]
+        [::core::mem::offset_of!(ibv_device_attr, local_ca_ack_delay) - 226usize];
+    ["Offset of field: ibv_device_attr::phys_port_cnt"]
+        [::core::mem::offset_of!(ibv_device_attr, phys_port_cnt) - 227usize];
+};
 impl Default for ibv_device_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -382,6 +678,15 @@ impl Default for ibv_device_attr {
 pub struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_query_device_ex_input"]
+        [::core::mem::size_of::<ibv_query_device_ex_input>() - 4usize];
+    ["Alignment of ibv_query_device_ex_input"]
+        [::core::mem::align_of::<ibv_query_device_ex_input>() - 4usize];
+    ["Offset of field: ibv_query_device_ex_input::comp_mask"]
+        [::core::mem::offset_of!(ibv_query_device_ex_input, comp_mask) - 0usize];
+};
 pub const IBV_ODP_SUPPORT_SEND: ibv_odp_transport_cap_bits = 1;
 pub const IBV_ODP_SUPPORT_RECV: ibv_odp_transport_cap_bits = 2;
 pub const IBV_ODP_SUPPORT_WRITE: ibv_odp_transport_cap_bits = 4;
@@ -402,6 +707,28 @@ pub struct ibv_odp_caps__bindgen_ty_1 {
     pub uc_odp_caps: u32,
     pub ud_odp_caps: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_odp_caps__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_odp_caps__bindgen_ty_1>() - 12usize];
+    ["Alignment of ibv_odp_caps__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_odp_caps__bindgen_ty_1>() - 4usize];
+    ["Offset of field: ibv_odp_caps__bindgen_ty_1::rc_odp_caps"]
+        [::core::mem::offset_of!(ibv_odp_caps__bindgen_ty_1, rc_odp_caps) - 0usize];
+    ["Offset of field: ibv_odp_caps__bindgen_ty_1::uc_odp_caps"]
+        [::core::mem::offset_of!(ibv_odp_caps__bindgen_ty_1, uc_odp_caps) - 4usize];
+    ["Offset of field: ibv_odp_caps__bindgen_ty_1::ud_odp_caps"]
+        [::core::mem::offset_of!(ibv_odp_caps__bindgen_ty_1, ud_odp_caps) - 8usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_odp_caps"][::core::mem::size_of::<ibv_odp_caps>() - 24usize];
+    ["Alignment of ibv_odp_caps"][::core::mem::align_of::<ibv_odp_caps>() - 8usize];
+    ["Offset of field: ibv_odp_caps::general_caps"]
+        [::core::mem::offset_of!(ibv_odp_caps, general_caps) - 0usize];
+    ["Offset of field: ibv_odp_caps::per_transport_caps"]
+        [::core::mem::offset_of!(ibv_odp_caps, per_transport_caps) - 8usize];
+};
 pub const IBV_ODP_SUPPORT: ibv_odp_general_caps = 1;
 pub const IBV_ODP_SUPPORT_IMPLICIT: ibv_odp_general_caps = 2;
 pub type ibv_odp_general_caps = ::core::ffi::c_uint;
@@ -411,6 +738,15 @@ pub struct ibv_tso_caps {
     pub max_tso: u32,
     pub supported_qpts: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_tso_caps"][::core::mem::size_of::<ibv_tso_caps>() - 8usize];
+    ["Alignment of ibv_tso_caps"][::core::mem::align_of::<ibv_tso_caps>() - 4usize];
+    ["Offset of field: ibv_tso_caps::max_tso"]
+        [::core::mem::offset_of!(ibv_tso_caps, max_tso) - 0usize];
+    ["Offset of field: ibv_tso_caps::supported_qpts"]
+        [::core::mem::offset_of!(ibv_tso_caps, supported_qpts) - 4usize];
+};
 pub const IBV_RX_HASH_FUNC_TOEPLITZ: ibv_rx_hash_function_flags = 1;
 pub type ibv_rx_hash_function_flags = ::core::ffi::c_uint;
 pub const IBV_RX_HASH_SRC_IPV4: ibv_rx_hash_fields = 1;
@@ -433,6 +769,21 @@ pub struct ibv_rss_caps {
     pub rx_hash_fields_mask: u64,
     pub rx_hash_function: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_rss_caps"][::core::mem::size_of::<ibv_rss_caps>() - 32usize];
+    ["Alignment of ibv_rss_caps"][::core::mem::align_of::<ibv_rss_caps>() - 8usize];
+    ["Offset of field: ibv_rss_caps::supported_qpts"]
+        [::core::mem::offset_of!(ibv_rss_caps, supported_qpts) - 0usize];
+    ["Offset of field: ibv_rss_caps::max_rwq_indirection_tables"]
+        [::core::mem::offset_of!(ibv_rss_caps, max_rwq_indirection_tables) - 4usize];
+    ["Offset of field: ibv_rss_caps::max_rwq_indirection_table_size"]
+        [::core::mem::offset_of!(ibv_rss_caps, max_rwq_indirection_table_size) - 8usize];
+    ["Offset of field: ibv_rss_caps::rx_hash_fields_mask"]
+        [::core::mem::offset_of!(ibv_rss_caps, rx_hash_fields_mask) - 16usize];
+    ["Offset of field: ibv_rss_caps::rx_hash_function"]
+        [::core::mem::offset_of!(ibv_rss_caps, rx_hash_function) - 24usize];
+};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct ibv_packet_pacing_caps {
@@ -440,6 +791,18 @@ pub struct ibv_packet_pacing_caps {
     pub qp_rate_limit_max: u32,
     pub supported_qpts: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_packet_pacing_caps"][::core::mem::size_of::<ibv_packet_pacing_caps>() - 12usize];
+    ["Alignment of ibv_packet_pacing_caps"]
+        [::core::mem::align_of::<ibv_packet_pacing_caps>() - 4usize];
+    ["Offset of field: ibv_packet_pacing_caps::qp_rate_limit_min"]
+        [::core::mem::offset_of!(ibv_packet_pacing_caps, qp_rate_limit_min) - 0usize];
+    ["Offset of field: ibv_packet_pacing_caps::qp_rate_limit_max"]
+        [::core::mem::offset_of!(ibv_packet_pacing_caps, qp_rate_limit_max) - 4usize];
+    ["Offset of field: ibv_packet_pacing_caps::supported_qpts"]
+        [::core::mem::offset_of!(ibv_packet_pacing_caps, supported_qpts) - 8usize];
+};
 pub const IBV_RAW_PACKET_CAP_CVLAN_STRIPPING: ibv_raw_packet_caps = 1;
 pub const IBV_RAW_PACKET_CAP_SCATTER_FCS: ibv_raw_packet_caps = 2;
 pub const IBV_RAW_PACKET_CAP_IP_CSUM: ibv_raw_packet_caps = 4;
@@ -456,12 +819,36 @@ pub struct ibv_tm_caps {
     pub max_ops: u32,
     pub max_sge: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_tm_caps"][::core::mem::size_of::<ibv_tm_caps>() - 20usize];
+    ["Alignment of ibv_tm_caps"][::core::mem::align_of::<ibv_tm_caps>() - 4usize];
+    ["Offset of field: ibv_tm_caps::max_rndv_hdr_size"]
+        [::core::mem::offset_of!(ibv_tm_caps, max_rndv_hdr_size) - 0usize];
+    ["Offset of field: ibv_tm_caps::max_num_tags"]
+        [::core::mem::offset_of!(ibv_tm_caps, max_num_tags) - 4usize];
+    ["Offset of field: ibv_tm_caps::flags"][::core::mem::offset_of!(ibv_tm_caps, flags) - 8usize];
+    ["Offset of field: ibv_tm_caps::max_ops"]
+        [::core::mem::offset_of!(ibv_tm_caps, max_ops) - 12usize];
+    ["Offset of field: ibv_tm_caps::max_sge"]
+        [::core::mem::offset_of!(ibv_tm_caps, max_sge) - 16usize];
+};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct ibv_cq_moderation_caps {
     pub max_cq_count: u16,
     pub max_cq_period: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_cq_moderation_caps"][::core::mem::size_of::<ibv_cq_moderation_caps>() - 4usize];
+    ["Alignment of ibv_cq_moderation_caps"]
+        [::core::mem::align_of::<ibv_cq_moderation_caps>() - 2usize];
+    ["Offset of field: ibv_cq_moderation_caps::max_cq_count"]
+        [::core::mem::offset_of!(ibv_cq_moderation_caps, max_cq_count) - 0usize];
+    ["Offset of field: ibv_cq_moderation_caps::max_cq_period"]
+        [::core::mem::offset_of!(ibv_cq_moderation_caps, max_cq_period) - 2usize];
+};
 pub const IBV_PCI_ATOMIC_OPERATION_4_BYTE_SIZE_SUP: ibv_pci_atomic_op_size = 1;
 pub const IBV_PCI_ATOMIC_OPERATION_8_BYTE_SIZE_SUP: ibv_pci_atomic_op_size = 2;
 pub const IBV_PCI_ATOMIC_OPERATION_16_BYTE_SIZE_SUP: ibv_pci_atomic_op_size = 4;
@@ -473,6 +860,17 @@ pub struct ibv_pci_atomic_caps {
     pub swap: u16,
     pub compare_swap: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_pci_atomic_caps"][::core::mem::size_of::<ibv_pci_atomic_caps>() - 6usize];
+    ["Alignment of ibv_pci_atomic_caps"][::core::mem::align_of::<ibv_pci_atomic_caps>() - 2usize];
+    ["Offset of field: ibv_pci_atomic_caps::fetch_add"]
+        [::core::mem::offset_of!(ibv_pci_atomic_caps, fetch_add) - 0usize];
+    ["Offset of field: ibv_pci_atomic_caps::swap"]
+        [::core::mem::offset_of!(ibv_pci_atomic_caps, swap) - 2usize];
+    ["Offset of field: ibv_pci_atomic_caps::compare_swap"]
+        [::core::mem::offset_of!(ibv_pci_atomic_caps, compare_swap) - 4usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_device_attr_ex {
@@ -494,6 +892,45 @@ pub struct ibv_device_attr_ex {
     pub xrc_odp_caps: u32,
     pub phys_port_cnt_ex: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_device_attr_ex"][::core::mem::size_of::<ibv_device_attr_ex>() - 400usize];
+    ["Alignment of ibv_device_attr_ex"][::core::mem::align_of::<ibv_device_attr_ex>() - 8usize];
+    ["Offset of field: ibv_device_attr_ex::orig_attr"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, orig_attr) - 0usize];
+    ["Offset of field: ibv_device_attr_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, comp_mask) - 232usize];
+    ["Offset of field: ibv_device_attr_ex::odp_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, odp_caps) - 240usize];
+    ["Offset of field: ibv_device_attr_ex::completion_timestamp_mask"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, completion_timestamp_mask) - 264usize];
+    ["Offset of field: ibv_device_attr_ex::hca_core_clock"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, hca_core_clock) - 272usize];
+    ["Offset of field: ibv_device_attr_ex::device_cap_flags_ex"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, device_cap_flags_ex) - 280usize];
+    ["Offset of field: ibv_device_attr_ex::tso_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, tso_caps) - 288usize];
+    ["Offset of field: ibv_device_attr_ex::rss_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, rss_caps) - 296usize];
+    ["Offset of field: ibv_device_attr_ex::max_wq_type_rq"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, max_wq_type_rq) - 328usize];
+    ["Offset of field: ibv_device_attr_ex::packet_pacing_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, packet_pacing_caps) - 332usize];
+    ["Offset of field: ibv_device_attr_ex::raw_packet_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, raw_packet_caps) - 344usize];
+    ["Offset of field: ibv_device_attr_ex::tm_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, tm_caps) - 348usize];
+    ["Offset of field: ibv_device_attr_ex::cq_mod_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, cq_mod_caps) - 368usize];
+    ["Offset of field: ibv_device_attr_ex::max_dm_size"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, max_dm_size) - 376usize];
+    ["Offset of field: ibv_device_attr_ex::pci_atomic_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, pci_atomic_caps) - 384usize];
+    ["Offset of field: ibv_device_attr_ex::xrc_odp_caps"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, xrc_odp_caps) - 392usize];
+    ["Offset of field: ibv_device_attr_ex::phys_port_cnt_ex"]
+        [::core::mem::offset_of!(ibv_device_attr_ex, phys_port_cnt_ex) - 396usize];
+};
 impl Default for ibv_device_attr_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -579,6 +1016,53 @@ pub struct ibv_port_attr {
     pub flags: u8,
     pub port_cap_flags2: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_port_attr"][::core::mem::size_of::<ibv_port_attr>() - 52usize];
+    ["Alignment of ibv_port_attr"][::core::mem::align_of::<ibv_port_attr>() - 4usize];
+    ["Offset of field: ibv_port_attr::state"]
+        [::core::mem::offset_of!(ibv_port_attr, state) - 0usize];
+    ["Offset of field: ibv_port_attr::max_mtu"]
+        [::core::mem::offset_of!(ibv_port_attr, max_mtu) - 4usize];
+    ["Offset of field: ibv_port_attr::active_mtu"]
+        [::core::mem::offset_of!(ibv_port_attr, active_mtu) - 8usize];
+    ["Offset of field: ibv_port_attr::gid_tbl_len"]
+        [::core::mem::offset_of!(ibv_port_attr, gid_tbl_len) - 12usize];
+    ["Offset of field: ibv_port_attr::port_cap_flags"]
+        [::core::mem::offset_of!(ibv_port_attr, port_cap_flags) - 16usize];
+    ["Offset of field: ibv_port_attr::max_msg_sz"]
+        [::core::mem::offset_of!(ibv_port_attr, max_msg_sz) - 20usize];
+    ["Offset of field: ibv_port_attr::bad_pkey_cntr"]
+        [::core::mem::offset_of!(ibv_port_attr, bad_pkey_cntr) - 24usize];
+    ["Offset of field: ibv_port_attr::qkey_viol_cntr"]
+        [::core::mem::offset_of!(ibv_port_attr, qkey_viol_cntr) - 28usize];
+    ["Offset of field: ibv_port_attr::pkey_tbl_len"]
+        [::core::mem::offset_of!(ibv_port_attr, pkey_tbl_len) - 32usize];
+    ["Offset of field: ibv_port_attr::lid"][::core::mem::offset_of!(ibv_port_attr, lid) - 34usize];
+    ["Offset of field: ibv_port_attr::sm_lid"]
+        [::core::mem::offset_of!(ibv_port_attr, sm_lid) - 36usize];
+    ["Offset of field: ibv_port_attr::lmc"][::core::mem::offset_of!(ibv_port_attr, lmc) - 38usize];
+    ["Offset of field: ibv_port_attr::max_vl_num"]
+        [::core::mem::offset_of!(ibv_port_attr, max_vl_num) - 39usize];
+    ["Offset of field: ibv_port_attr::sm_sl"]
+        [::core::mem::offset_of!(ibv_port_attr, sm_sl) - 40usize];
+    ["Offset of field: ibv_port_attr::subnet_timeout"]
+        [::core::mem::offset_of!(ibv_port_attr, subnet_timeout) - 41usize];
+    ["Offset of field: ibv_port_attr::init_type_reply"]
+        [::core::mem::offset_of!(ibv_port_attr, init_type_reply) - 42usize];
+    ["Offset of field: ibv_port_attr::active_width"]
+        [::core::mem::offset_of!(ibv_port_attr, active_width) - 43usize];
+    ["Offset of field: ibv_port_attr::active_speed"]
+        [::core::mem::offset_of!(ibv_port_attr, active_speed) - 44usize];
+    ["Offset of field: ibv_port_attr::phys_state"]
+        [::core::mem::offset_of!(ibv_port_attr, phys_state) - 45usize];
+    ["Offset of field: ibv_port_attr::link_layer"]
+        [::core::mem::offset_of!(ibv_port_attr, link_layer) - 46usize];
+    ["Offset of field: ibv_port_attr::flags"]
+        [::core::mem::offset_of!(ibv_port_attr, flags) - 47usize];
+    ["Offset of field: ibv_port_attr::port_cap_flags2"]
+        [::core::mem::offset_of!(ibv_port_attr, port_cap_flags2) - 48usize];
+};
 impl Default for ibv_port_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -624,6 +1108,23 @@ pub union ibv_async_event__bindgen_ty_1 {
     pub wq: *mut ibv_wq,
     pub port_num: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_async_event__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_async_event__bindgen_ty_1>() - 8usize];
+    ["Alignment of ibv_async_event__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_async_event__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::cq"]
+        [::core::mem::offset_of!(ibv_async_event__bindgen_ty_1, cq) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::qp"]
+        [::core::mem::offset_of!(ibv_async_event__bindgen_ty_1, qp) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::srq"]
+        [::core::mem::offset_of!(ibv_async_event__bindgen_ty_1, srq) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::wq"]
+        [::core::mem::offset_of!(ibv_async_event__bindgen_ty_1, wq) - 0usize];
+    ["Offset of field: ibv_async_event__bindgen_ty_1::port_num"]
+        [::core::mem::offset_of!(ibv_async_event__bindgen_ty_1, port_num) - 0usize];
+};
 impl Default for ibv_async_event__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -633,6 +1134,15 @@ impl Default for ibv_async_event__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_async_event"][::core::mem::size_of::<ibv_async_event>() - 16usize];
+    ["Alignment of ibv_async_event"][::core::mem::align_of::<ibv_async_event>() - 8usize];
+    ["Offset of field: ibv_async_event::element"]
+        [::core::mem::offset_of!(ibv_async_event, element) - 0usize];
+    ["Offset of field: ibv_async_event::event_type"]
+        [::core::mem::offset_of!(ibv_async_event, event_type) - 8usize];
+};
 impl Default for ibv_async_event {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -737,6 +1247,15 @@ pub union ibv_wc__bindgen_ty_1 {
     pub imm_data: __be32,
     pub invalidated_rkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_wc__bindgen_ty_1"][::core::mem::size_of::<ibv_wc__bindgen_ty_1>() - 4usize];
+    ["Alignment of ibv_wc__bindgen_ty_1"][::core::mem::align_of::<ibv_wc__bindgen_ty_1>() - 4usize];
+    ["Offset of field: ibv_wc__bindgen_ty_1::imm_data"]
+        [::core::mem::offset_of!(ibv_wc__bindgen_ty_1, imm_data) - 0usize];
+    ["Offset of field: ibv_wc__bindgen_ty_1::invalidated_rkey"]
+        [::core::mem::offset_of!(ibv_wc__bindgen_ty_1, invalidated_rkey) - 0usize];
+};
 impl Default for ibv_wc__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -746,6 +1265,24 @@ impl Default for ibv_wc__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_wc"][::core::mem::size_of::<ibv_wc>() - 48usize];
+    ["Alignment of ibv_wc"][::core::mem::align_of::<ibv_wc>() - 8usize];
+    ["Offset of field: ibv_wc::wr_id"][::core::mem::offset_of!(ibv_wc, wr_id) - 0usize];
+    ["Offset of field: ibv_wc::status"][::core::mem::offset_of!(ibv_wc, status) - 8usize];
+    ["Offset of field: ibv_wc::opcode"][::core::mem::offset_of!(ibv_wc, opcode) - 12usize];
+    ["Offset of field: ibv_wc::vendor_err"][::core::mem::offset_of!(ibv_wc, vendor_err) - 16usize];
+    ["Offset of field: ibv_wc::byte_len"][::core::mem::offset_of!(ibv_wc, byte_len) - 20usize];
+    ["Offset of field: ibv_wc::qp_num"][::core::mem::offset_of!(ibv_wc, qp_num) - 28usize];
+    ["Offset of field: ibv_wc::src_qp"][::core::mem::offset_of!(ibv_wc, src_qp) - 32usize];
+    ["Offset of field: ibv_wc::wc_flags"][::core::mem::offset_of!(ibv_wc, wc_flags) - 36usize];
+    ["Offset of field: ibv_wc::pkey_index"][::core::mem::offset_of!(ibv_wc, pkey_index) - 40usize];
+    ["Offset of field: ibv_wc::slid"][::core::mem::offset_of!(ibv_wc, slid) - 42usize];
+    ["Offset of field: ibv_wc::sl"][::core::mem::offset_of!(ibv_wc, sl) - 44usize];
+    ["Offset of field: ibv_wc::dlid_path_bits"]
+        [::core::mem::offset_of!(ibv_wc, dlid_path_bits) - 45usize];
+};
 impl Default for ibv_wc {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -773,6 +1310,19 @@ pub struct ibv_mw_bind_info {
     pub length: u64,
     pub mw_access_flags: ::core::ffi::c_uint,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_mw_bind_info"][::core::mem::size_of::<ibv_mw_bind_info>() - 32usize];
+    ["Alignment of ibv_mw_bind_info"][::core::mem::align_of::<ibv_mw_bind_info>() - 8usize];
+    ["Offset of field: ibv_mw_bind_info::mr"]
+        [::core::mem::offset_of!(ibv_mw_bind_info, mr) - 0usize];
+    ["Offset of field: ibv_mw_bind_info::addr"]
+        [::core::mem::offset_of!(ibv_mw_bind_info, addr) - 8usize];
+    ["Offset of field: ibv_mw_bind_info::length"]
+        [::core::mem::offset_of!(ibv_mw_bind_info, length) - 16usize];
+    ["Offset of field: ibv_mw_bind_info::mw_access_flags"]
+        [::core::mem::offset_of!(ibv_mw_bind_info, mw_access_flags) - 24usize];
+};
 impl Default for ibv_mw_bind_info {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -788,6 +1338,13 @@ pub struct ibv_pd {
     pub context: *mut ibv_context,
     pub handle: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_pd"][::core::mem::size_of::<ibv_pd>() - 16usize];
+    ["Alignment of ibv_pd"][::core::mem::align_of::<ibv_pd>() - 8usize];
+    ["Offset of field: ibv_pd::context"][::core::mem::offset_of!(ibv_pd, context) - 0usize];
+    ["Offset of field: ibv_pd::handle"][::core::mem::offset_of!(ibv_pd, handle) - 8usize];
+};
 impl Default for ibv_pd {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -802,11 +1359,24 @@ impl Default for ibv_pd {
 pub struct ibv_td_init_attr {
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_td_init_attr"][::core::mem::size_of::<ibv_td_init_attr>() - 4usize];
+    ["Alignment of ibv_td_init_attr"][::core::mem::align_of::<ibv_td_init_attr>() - 4usize];
+    ["Offset of field: ibv_td_init_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_td_init_attr, comp_mask) - 0usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_td {
     pub context: *mut ibv_context,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_td"][::core::mem::size_of::<ibv_td>() - 8usize];
+    ["Alignment of ibv_td"][::core::mem::align_of::<ibv_td>() - 8usize];
+    ["Offset of field: ibv_td::context"][::core::mem::offset_of!(ibv_td, context) - 0usize];
+};
 impl Default for ibv_td {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -827,11 +1397,28 @@ pub struct ibv_xrcd_init_attr {
     pub fd: ::core::ffi::c_int,
     pub oflags: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_xrcd_init_attr"][::core::mem::size_of::<ibv_xrcd_init_attr>() - 12usize];
+    ["Alignment of ibv_xrcd_init_attr"][::core::mem::align_of::<ibv_xrcd_init_attr>() - 4usize];
+    ["Offset of field: ibv_xrcd_init_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_xrcd_init_attr, comp_mask) - 0usize];
+    ["Offset of field: ibv_xrcd_init_attr::fd"]
+        [::core::mem::offset_of!(ibv_xrcd_init_attr, fd) - 4usize];
+    ["Offset of field: ibv_xrcd_init_attr::oflags"]
+        [::core::mem::offset_of!(ibv_xrcd_init_attr, oflags) - 8usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_xrcd {
     pub context: *mut ibv_context,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_xrcd"][::core::mem::size_of::<ibv_xrcd>() - 8usize];
+    ["Alignment of ibv_xrcd"][::core::mem::align_of::<ibv_xrcd>() - 8usize];
+    ["Offset of field: ibv_xrcd::context"][::core::mem::offset_of!(ibv_xrcd, context) - 0usize];
+};
 impl Default for ibv_xrcd {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -857,6 +1444,18 @@ pub struct ibv_mr {
     pub lkey: u32,
     pub rkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_mr"][::core::mem::size_of::<ibv_mr>() - 48usize];
+    ["Alignment of ibv_mr"][::core::mem::align_of::<ibv_mr>() - 8usize];
+    ["Offset of field: ibv_mr::context"][::core::mem::offset_of!(ibv_mr, context) - 0usize];
+    ["Offset of field: ibv_mr::pd"][::core::mem::offset_of!(ibv_mr, pd) - 8usize];
+    ["Offset of field: ibv_mr::addr"][::core::mem::offset_of!(ibv_mr, addr) - 16usize];
+    ["Offset of field: ibv_mr::length"][::core::mem::offset_of!(ibv_mr, length) - 24usize];
+    ["Offset of field: ibv_mr::handle"][::core::mem::offset_of!(ibv_mr, handle) - 32usize];
+    ["Offset of field: ibv_mr::lkey"][::core::mem::offset_of!(ibv_mr, lkey) - 36usize];
+    ["Offset of field: ibv_mr::rkey"][::core::mem::offset_of!(ibv_mr, rkey) - 40usize];
+};
 impl Default for ibv_mr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -878,6 +1477,16 @@ pub struct ibv_mw {
     pub handle: u32,
     pub type_: ibv_mw_type,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_mw"][::core::mem::size_of::<ibv_mw>() - 32usize];
+    ["Alignment of ibv_mw"][::core::mem::align_of::<ibv_mw>() - 8usize];
+    ["Offset of field: ibv_mw::context"][::core::mem::offset_of!(ibv_mw, context) - 0usize];
+    ["Offset of field: ibv_mw::pd"][::core::mem::offset_of!(ibv_mw, pd) - 8usize];
+    ["Offset of field: ibv_mw::rkey"][::core::mem::offset_of!(ibv_mw, rkey) - 16usize];
+    ["Offset of field: ibv_mw::handle"][::core::mem::offset_of!(ibv_mw, handle) - 20usize];
+    ["Offset of field: ibv_mw::type_"][::core::mem::offset_of!(ibv_mw, type_) - 24usize];
+};
 impl Default for ibv_mw {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -896,6 +1505,21 @@ pub struct ibv_global_route {
     pub hop_limit: u8,
     pub traffic_class: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_global_route"][::core::mem::size_of::<ibv_global_route>() - 24usize];
+    ["Alignment of ibv_global_route"][::core::mem::align_of::<ibv_global_route>() - 8usize];
+    ["Offset of field: ibv_global_route::dgid"]
+        [::core::mem::offset_of!(ibv_global_route, dgid) - 0usize];
+    ["Offset of field: ibv_global_route::flow_label"]
+        [::core::mem::offset_of!(ibv_global_route, flow_label) - 16usize];
+    ["Offset of field: ibv_global_route::sgid_index"]
+        [::core::mem::offset_of!(ibv_global_route, sgid_index) - 20usize];
+    ["Offset of field: ibv_global_route::hop_limit"]
+        [::core::mem::offset_of!(ibv_global_route, hop_limit) - 21usize];
+    ["Offset of field: ibv_global_route::traffic_class"]
+        [::core::mem::offset_of!(ibv_global_route, traffic_class) - 22usize];
+};
 impl Default for ibv_global_route {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -915,6 +1539,18 @@ pub struct ibv_grh {
     pub sgid: ibv_gid,
     pub dgid: ibv_gid,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_grh"][::core::mem::size_of::<ibv_grh>() - 40usize];
+    ["Alignment of ibv_grh"][::core::mem::align_of::<ibv_grh>() - 8usize];
+    ["Offset of field: ibv_grh::version_tclass_flow"]
+        [::core::mem::offset_of!(ibv_grh, version_tclass_flow) - 0usize];
+    ["Offset of field: ibv_grh::paylen"][::core::mem::offset_of!(ibv_grh, paylen) - 4usize];
+    ["Offset of field: ibv_grh::next_hdr"][::core::mem::offset_of!(ibv_grh, next_hdr) - 6usize];
+    ["Offset of field: ibv_grh::hop_limit"][::core::mem::offset_of!(ibv_grh, hop_limit) - 7usize];
+    ["Offset of field: ibv_grh::sgid"][::core::mem::offset_of!(ibv_grh, sgid) - 8usize];
+    ["Offset of field: ibv_grh::dgid"][::core::mem::offset_of!(ibv_grh, dgid) - 24usize];
+};
 impl Default for ibv_grh {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -960,6 +1596,22 @@ pub struct ibv_ah_attr {
     pub is_global: u8,
     pub port_num: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_ah_attr"][::core::mem::size_of::<ibv_ah_attr>() - 32usize];
+    ["Alignment of ibv_ah_attr"][::core::mem::align_of::<ibv_ah_attr>() - 8usize];
+    ["Offset of field: ibv_ah_attr::grh"][::core::mem::offset_of!(ibv_ah_attr, grh) - 0usize];
+    ["Offset of field: ibv_ah_attr::dlid"][::core::mem::offset_of!(ibv_ah_attr, dlid) - 24usize];
+    ["Offset of field: ibv_ah_attr::sl"][::core::mem::offset_of!(ibv_ah_attr, sl) - 26usize];
+    ["Offset of field: ibv_ah_attr::src_path_bits"]
+        [::core::mem::offset_of!(ibv_ah_attr, src_path_bits) - 27usize];
+    ["Offset of field: ibv_ah_attr::static_rate"]
+        [::core::mem::offset_of!(ibv_ah_attr, static_rate) - 28usize];
+    ["Offset of field: ibv_ah_attr::is_global"]
+        [::core::mem::offset_of!(ibv_ah_attr, is_global) - 29usize];
+    ["Offset of field: ibv_ah_attr::port_num"]
+        [::core::mem::offset_of!(ibv_ah_attr, port_num) - 30usize];
+};
 impl Default for ibv_ah_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -979,12 +1631,32 @@ pub struct ibv_srq_attr {
     pub max_sge: u32,
     pub srq_limit: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_srq_attr"][::core::mem::size_of::<ibv_srq_attr>() - 12usize];
+    ["Alignment of ibv_srq_attr"][::core::mem::align_of::<ibv_srq_attr>() - 4usize];
+    ["Offset of field: ibv_srq_attr::max_wr"]
+        [::core::mem::offset_of!(ibv_srq_attr, max_wr) - 0usize];
+    ["Offset of field: ibv_srq_attr::max_sge"]
+        [::core::mem::offset_of!(ibv_srq_attr, max_sge) - 4usize];
+    ["Offset of field: ibv_srq_attr::srq_limit"]
+        [::core::mem::offset_of!(ibv_srq_attr, srq_limit) - 8usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_srq_init_attr {
     pub srq_context: *mut ::core::ffi::c_void,
     pub attr: ibv_srq_attr,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_srq_init_attr"][::core::mem::size_of::<ibv_srq_init_attr>() - 24usize];
+    ["Alignment of ibv_srq_init_attr"][::core::mem::align_of::<ibv_srq_init_attr>() - 8usize];
+    ["Offset of field: ibv_srq_init_attr::srq_context"]
+        [::core::mem::offset_of!(ibv_srq_init_attr, srq_context) - 0usize];
+    ["Offset of field: ibv_srq_init_attr::attr"]
+        [::core::mem::offset_of!(ibv_srq_init_attr, attr) - 8usize];
+};
 impl Default for ibv_srq_init_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1011,6 +1683,14 @@ pub struct ibv_tm_cap {
     pub max_num_tags: u32,
     pub max_ops: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_tm_cap"][::core::mem::size_of::<ibv_tm_cap>() - 8usize];
+    ["Alignment of ibv_tm_cap"][::core::mem::align_of::<ibv_tm_cap>() - 4usize];
+    ["Offset of field: ibv_tm_cap::max_num_tags"]
+        [::core::mem::offset_of!(ibv_tm_cap, max_num_tags) - 0usize];
+    ["Offset of field: ibv_tm_cap::max_ops"][::core::mem::offset_of!(ibv_tm_cap, max_ops) - 4usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_srq_init_attr_ex {
@@ -1023,6 +1703,27 @@ pub struct ibv_srq_init_attr_ex {
     pub cq: *mut ibv_cq,
     pub tm_cap: ibv_tm_cap,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_srq_init_attr_ex"][::core::mem::size_of::<ibv_srq_init_attr_ex>() - 64usize];
+    ["Alignment of ibv_srq_init_attr_ex"][::core::mem::align_of::<ibv_srq_init_attr_ex>() - 8usize];
+    ["Offset of field: ibv_srq_init_attr_ex::srq_context"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, srq_context) - 0usize];
+    ["Offset of field: ibv_srq_init_attr_ex::attr"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, attr) - 8usize];
+    ["Offset of field: ibv_srq_init_attr_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, comp_mask) - 20usize];
+    ["Offset of field: ibv_srq_init_attr_ex::srq_type"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, srq_type) - 24usize];
+    ["Offset of field: ibv_srq_init_attr_ex::pd"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, pd) - 32usize];
+    ["Offset of field: ibv_srq_init_attr_ex::xrcd"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, xrcd) - 40usize];
+    ["Offset of field: ibv_srq_init_attr_ex::cq"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, cq) - 48usize];
+    ["Offset of field: ibv_srq_init_attr_ex::tm_cap"]
+        [::core::mem::offset_of!(ibv_srq_init_attr_ex, tm_cap) - 56usize];
+};
 impl Default for ibv_srq_init_attr_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1055,6 +1756,27 @@ pub struct ibv_wq_init_attr {
     pub comp_mask: u32,
     pub create_flags: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_wq_init_attr"][::core::mem::size_of::<ibv_wq_init_attr>() - 48usize];
+    ["Alignment of ibv_wq_init_attr"][::core::mem::align_of::<ibv_wq_init_attr>() - 8usize];
+    ["Offset of field: ibv_wq_init_attr::wq_context"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, wq_context) - 0usize];
+    ["Offset of field: ibv_wq_init_attr::wq_type"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, wq_type) - 8usize];
+    ["Offset of field: ibv_wq_init_attr::max_wr"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, max_wr) - 12usize];
+    ["Offset of field: ibv_wq_init_attr::max_sge"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, max_sge) - 16usize];
+    ["Offset of field: ibv_wq_init_attr::pd"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, pd) - 24usize];
+    ["Offset of field: ibv_wq_init_attr::cq"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, cq) - 32usize];
+    ["Offset of field: ibv_wq_init_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, comp_mask) - 40usize];
+    ["Offset of field: ibv_wq_init_attr::create_flags"]
+        [::core::mem::offset_of!(ibv_wq_init_attr, create_flags) - 44usize];
+};
 impl Default for ibv_wq_init_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1083,6 +1805,20 @@ pub struct ibv_wq_attr {
     pub flags: u32,
     pub flags_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_wq_attr"][::core::mem::size_of::<ibv_wq_attr>() - 20usize];
+    ["Alignment of ibv_wq_attr"][::core::mem::align_of::<ibv_wq_attr>() - 4usize];
+    ["Offset of field: ibv_wq_attr::attr_mask"]
+        [::core::mem::offset_of!(ibv_wq_attr, attr_mask) - 0usize];
+    ["Offset of field: ibv_wq_attr::wq_state"]
+        [::core::mem::offset_of!(ibv_wq_attr, wq_state) - 4usize];
+    ["Offset of field: ibv_wq_attr::curr_wq_state"]
+        [::core::mem::offset_of!(ibv_wq_attr, curr_wq_state) - 8usize];
+    ["Offset of field: ibv_wq_attr::flags"][::core::mem::offset_of!(ibv_wq_attr, flags) - 12usize];
+    ["Offset of field: ibv_wq_attr::flags_mask"]
+        [::core::mem::offset_of!(ibv_wq_attr, flags_mask) - 16usize];
+};
 impl Default for ibv_wq_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1100,6 +1836,19 @@ pub struct ibv_rwq_ind_table {
     pub ind_tbl_num: ::core::ffi::c_int,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_rwq_ind_table"][::core::mem::size_of::<ibv_rwq_ind_table>() - 24usize];
+    ["Alignment of ibv_rwq_ind_table"][::core::mem::align_of::<ibv_rwq_ind_table>() - 8usize];
+    ["Offset of field: ibv_rwq_ind_table::context"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table, context) - 0usize];
+    ["Offset of field: ibv_rwq_ind_table::ind_tbl_handle"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table, ind_tbl_handle) - 8usize];
+    ["Offset of field: ibv_rwq_ind_table::ind_tbl_num"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table, ind_tbl_num) - 12usize];
+    ["Offset of field: ibv_rwq_ind_table::comp_mask"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table, comp_mask) - 16usize];
+};
 impl Default for ibv_rwq_ind_table {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1118,6 +1867,19 @@ pub struct ibv_rwq_ind_table_init_attr {
     pub ind_tbl: *mut *mut ibv_wq,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_rwq_ind_table_init_attr"]
+        [::core::mem::size_of::<ibv_rwq_ind_table_init_attr>() - 24usize];
+    ["Alignment of ibv_rwq_ind_table_init_attr"]
+        [::core::mem::align_of::<ibv_rwq_ind_table_init_attr>() - 8usize];
+    ["Offset of field: ibv_rwq_ind_table_init_attr::log_ind_tbl_size"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table_init_attr, log_ind_tbl_size) - 0usize];
+    ["Offset of field: ibv_rwq_ind_table_init_attr::ind_tbl"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table_init_attr, ind_tbl) - 8usize];
+    ["Offset of field: ibv_rwq_ind_table_init_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_rwq_ind_table_init_attr, comp_mask) - 16usize];
+};
 impl Default for ibv_rwq_ind_table_init_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1144,6 +1906,21 @@ pub struct ibv_qp_cap {
     pub max_recv_sge: u32,
     pub max_inline_data: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_cap"][::core::mem::size_of::<ibv_qp_cap>() - 20usize];
+    ["Alignment of ibv_qp_cap"][::core::mem::align_of::<ibv_qp_cap>() - 4usize];
+    ["Offset of field: ibv_qp_cap::max_send_wr"]
+        [::core::mem::offset_of!(ibv_qp_cap, max_send_wr) - 0usize];
+    ["Offset of field: ibv_qp_cap::max_recv_wr"]
+        [::core::mem::offset_of!(ibv_qp_cap, max_recv_wr) - 4usize];
+    ["Offset of field: ibv_qp_cap::max_send_sge"]
+        [::core::mem::offset_of!(ibv_qp_cap, max_send_sge) - 8usize];
+    ["Offset of field: ibv_qp_cap::max_recv_sge"]
+        [::core::mem::offset_of!(ibv_qp_cap, max_recv_sge) - 12usize];
+    ["Offset of field: ibv_qp_cap::max_inline_data"]
+        [::core::mem::offset_of!(ibv_qp_cap, max_inline_data) - 16usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_qp_init_attr {
@@ -1155,6 +1932,25 @@ pub struct ibv_qp_init_attr {
     pub qp_type: ibv_qp_type,
     pub sq_sig_all: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_init_attr"][::core::mem::size_of::<ibv_qp_init_attr>() - 64usize];
+    ["Alignment of ibv_qp_init_attr"][::core::mem::align_of::<ibv_qp_init_attr>() - 8usize];
+    ["Offset of field: ibv_qp_init_attr::qp_context"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, qp_context) - 0usize];
+    ["Offset of field: ibv_qp_init_attr::send_cq"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, send_cq) - 8usize];
+    ["Offset of field: ibv_qp_init_attr::recv_cq"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, recv_cq) - 16usize];
+    ["Offset of field: ibv_qp_init_attr::srq"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, srq) - 24usize];
+    ["Offset of field: ibv_qp_init_attr::cap"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, cap) - 32usize];
+    ["Offset of field: ibv_qp_init_attr::qp_type"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, qp_type) - 52usize];
+    ["Offset of field: ibv_qp_init_attr::sq_sig_all"]
+        [::core::mem::offset_of!(ibv_qp_init_attr, sq_sig_all) - 56usize];
+};
 impl Default for ibv_qp_init_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1199,6 +1995,19 @@ pub struct ibv_rx_hash_conf {
     pub rx_hash_key: *mut u8,
     pub rx_hash_fields_mask: u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_rx_hash_conf"][::core::mem::size_of::<ibv_rx_hash_conf>() - 24usize];
+    ["Alignment of ibv_rx_hash_conf"][::core::mem::align_of::<ibv_rx_hash_conf>() - 8usize];
+    ["Offset of field: ibv_rx_hash_conf::rx_hash_function"]
+        [::core::mem::offset_of!(ibv_rx_hash_conf, rx_hash_function) - 0usize];
+    ["Offset of field: ibv_rx_hash_conf::rx_hash_key_len"]
+        [::core::mem::offset_of!(ibv_rx_hash_conf, rx_hash_key_len) - 1usize];
+    ["Offset of field: ibv_rx_hash_conf::rx_hash_key"]
+        [::core::mem::offset_of!(ibv_rx_hash_conf, rx_hash_key) - 8usize];
+    ["Offset of field: ibv_rx_hash_conf::rx_hash_fields_mask"]
+        [::core::mem::offset_of!(ibv_rx_hash_conf, rx_hash_fields_mask) - 16usize];
+};
 impl Default for ibv_rx_hash_conf {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1228,6 +2037,43 @@ pub struct ibv_qp_init_attr_ex {
     pub source_qpn: u32,
     pub send_ops_flags: u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_init_attr_ex"][::core::mem::size_of::<ibv_qp_init_attr_ex>() - 136usize];
+    ["Alignment of ibv_qp_init_attr_ex"][::core::mem::align_of::<ibv_qp_init_attr_ex>() - 8usize];
+    ["Offset of field: ibv_qp_init_attr_ex::qp_context"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, qp_context) - 0usize];
+    ["Offset of field: ibv_qp_init_attr_ex::send_cq"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, send_cq) - 8usize];
+    ["Offset of field: ibv_qp_init_attr_ex::recv_cq"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, recv_cq) - 16usize];
+    ["Offset of field: ibv_qp_init_attr_ex::srq"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, srq) - 24usize];
+    ["Offset of field: ibv_qp_init_attr_ex::cap"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, cap) - 32usize];
+    ["Offset of field: ibv_qp_init_attr_ex::qp_type"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, qp_type) - 52usize];
+    ["Offset of field: ibv_qp_init_attr_ex::sq_sig_all"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, sq_sig_all) - 56usize];
+    ["Offset of field: ibv_qp_init_attr_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, comp_mask) - 60usize];
+    ["Offset of field: ibv_qp_init_attr_ex::pd"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, pd) - 64usize];
+    ["Offset of field: ibv_qp_init_attr_ex::xrcd"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, xrcd) - 72usize];
+    ["Offset of field: ibv_qp_init_attr_ex::create_flags"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, create_flags) - 80usize];
+    ["Offset of field: ibv_qp_init_attr_ex::max_tso_header"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, max_tso_header) - 84usize];
+    ["Offset of field: ibv_qp_init_attr_ex::rwq_ind_tbl"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, rwq_ind_tbl) - 88usize];
+    ["Offset of field: ibv_qp_init_attr_ex::rx_hash_conf"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, rx_hash_conf) - 96usize];
+    ["Offset of field: ibv_qp_init_attr_ex::source_qpn"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, source_qpn) - 120usize];
+    ["Offset of field: ibv_qp_init_attr_ex::send_ops_flags"]
+        [::core::mem::offset_of!(ibv_qp_init_attr_ex, send_ops_flags) - 128usize];
+};
 impl Default for ibv_qp_init_attr_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1252,6 +2098,21 @@ pub struct ibv_qp_open_attr {
     pub qp_context: *mut ::core::ffi::c_void,
     pub qp_type: ibv_qp_type,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_open_attr"][::core::mem::size_of::<ibv_qp_open_attr>() - 32usize];
+    ["Alignment of ibv_qp_open_attr"][::core::mem::align_of::<ibv_qp_open_attr>() - 8usize];
+    ["Offset of field: ibv_qp_open_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_qp_open_attr, comp_mask) - 0usize];
+    ["Offset of field: ibv_qp_open_attr::qp_num"]
+        [::core::mem::offset_of!(ibv_qp_open_attr, qp_num) - 4usize];
+    ["Offset of field: ibv_qp_open_attr::xrcd"]
+        [::core::mem::offset_of!(ibv_qp_open_attr, xrcd) - 8usize];
+    ["Offset of field: ibv_qp_open_attr::qp_context"]
+        [::core::mem::offset_of!(ibv_qp_open_attr, qp_context) - 16usize];
+    ["Offset of field: ibv_qp_open_attr::qp_type"]
+        [::core::mem::offset_of!(ibv_qp_open_attr, qp_type) - 24usize];
+};
 impl Default for ibv_qp_open_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1327,6 +2188,61 @@ pub struct ibv_qp_attr {
     pub alt_timeout: u8,
     pub rate_limit: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_attr"][::core::mem::size_of::<ibv_qp_attr>() - 144usize];
+    ["Alignment of ibv_qp_attr"][::core::mem::align_of::<ibv_qp_attr>() - 8usize];
+    ["Offset of field: ibv_qp_attr::qp_state"]
+        [::core::mem::offset_of!(ibv_qp_attr, qp_state) - 0usize];
+    ["Offset of field: ibv_qp_attr::cur_qp_state"]
+        [::core::mem::offset_of!(ibv_qp_attr, cur_qp_state) - 4usize];
+    ["Offset of field: ibv_qp_attr::path_mtu"]
+        [::core::mem::offset_of!(ibv_qp_attr, path_mtu) - 8usize];
+    ["Offset of field: ibv_qp_attr::path_mig_state"]
+        [::core::mem::offset_of!(ibv_qp_attr, path_mig_state) - 12usize];
+    ["Offset of field: ibv_qp_attr::qkey"][::core::mem::offset_of!(ibv_qp_attr, qkey) - 16usize];
+    ["Offset of field: ibv_qp_attr::rq_psn"]
+        [::core::mem::offset_of!(ibv_qp_attr, rq_psn) - 20usize];
+    ["Offset of field: ibv_qp_attr::sq_psn"]
+        [::core::mem::offset_of!(ibv_qp_attr, sq_psn) - 24usize];
+    ["Offset of field: ibv_qp_attr::dest_qp_num"]
+        [::core::mem::offset_of!(ibv_qp_attr, dest_qp_num) - 28usize];
+    ["Offset of field: ibv_qp_attr::qp_access_flags"]
+        [::core::mem::offset_of!(ibv_qp_attr, qp_access_flags) - 32usize];
+    ["Offset of field: ibv_qp_attr::cap"][::core::mem::offset_of!(ibv_qp_attr, cap) - 36usize];
+    ["Offset of field: ibv_qp_attr::ah_attr"]
+        [::core::mem::offset_of!(ibv_qp_attr, ah_attr) - 56usize];
+    ["Offset of field: ibv_qp_attr::alt_ah_attr"]
+        [::core::mem::offset_of!(ibv_qp_attr, alt_ah_attr) - 88usize];
+    ["Offset of field: ibv_qp_attr::pkey_index"]
+        [::core::mem::offset_of!(ibv_qp_attr, pkey_index) - 120usize];
+    ["Offset of field: ibv_qp_attr::alt_pkey_index"]
+        [::core::mem::offset_of!(ibv_qp_attr, alt_pkey_index) - 122usize];
+    ["Offset of field: ibv_qp_attr::en_sqd_async_notify"]
+        [::core::mem::offset_of!(ibv_qp_attr, en_sqd_async_notify) - 124usize];
+    ["Offset of field: ibv_qp_attr::sq_draining"]
+        [::core::mem::offset_of!(ibv_qp_attr, sq_draining) - 125usize];
+    ["Offset of field: ibv_qp_attr::max_rd_atomic"]
+        [::core::mem::offset_of!(ibv_qp_attr, max_rd_atomic) - 126usize];
+    ["Offset of field: ibv_qp_attr::max_dest_rd_atomic"]
+        [::core::mem::offset_of!(ibv_qp_attr, max_dest_rd_atomic) - 127usize];
+    ["Offset of field: ibv_qp_attr::min_rnr_timer"]
+        [::core::mem::offset_of!(ibv_qp_attr, min_rnr_timer) - 128usize];
+    ["Offset of field: ibv_qp_attr::port_num"]
+        [::core::mem::offset_of!(ibv_qp_attr, port_num) - 129usize];
+    ["Offset of field: ibv_qp_attr::timeout"]
+        [::core::mem::offset_of!(ibv_qp_attr, timeout) - 130usize];
+    ["Offset of field: ibv_qp_attr::retry_cnt"]
+        [::core::mem::offset_of!(ibv_qp_attr, retry_cnt) - 131usize];
+    ["Offset of field: ibv_qp_attr::rnr_retry"]
+        [::core::mem::offset_of!(ibv_qp_attr, rnr_retry) - 132usize];
+    ["Offset of field: ibv_qp_attr::alt_port_num"]
+        [::core::mem::offset_of!(ibv_qp_attr, alt_port_num) - 133usize];
+    ["Offset of field: ibv_qp_attr::alt_timeout"]
+        [::core::mem::offset_of!(ibv_qp_attr, alt_timeout) - 134usize];
+    ["Offset of field: ibv_qp_attr::rate_limit"]
+        [::core::mem::offset_of!(ibv_qp_attr, rate_limit) - 136usize];
+};
 impl Default for ibv_qp_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1344,6 +2260,20 @@ pub struct ibv_qp_rate_limit_attr {
     pub typical_pkt_sz: u16,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_rate_limit_attr"][::core::mem::size_of::<ibv_qp_rate_limit_attr>() - 16usize];
+    ["Alignment of ibv_qp_rate_limit_attr"]
+        [::core::mem::align_of::<ibv_qp_rate_limit_attr>() - 4usize];
+    ["Offset of field: ibv_qp_rate_limit_attr::rate_limit"]
+        [::core::mem::offset_of!(ibv_qp_rate_limit_attr, rate_limit) - 0usize];
+    ["Offset of field: ibv_qp_rate_limit_attr::max_burst_sz"]
+        [::core::mem::offset_of!(ibv_qp_rate_limit_attr, max_burst_sz) - 4usize];
+    ["Offset of field: ibv_qp_rate_limit_attr::typical_pkt_sz"]
+        [::core::mem::offset_of!(ibv_qp_rate_limit_attr, typical_pkt_sz) - 8usize];
+    ["Offset of field: ibv_qp_rate_limit_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_qp_rate_limit_attr, comp_mask) - 12usize];
+};
 pub const IBV_WR_RDMA_WRITE: ibv_wr_opcode = 0;
 pub const IBV_WR_RDMA_WRITE_WITH_IMM: ibv_wr_opcode = 1;
 pub const IBV_WR_SEND: ibv_wr_opcode = 2;
@@ -1370,6 +2300,14 @@ pub struct ibv_data_buf {
     pub addr: *mut ::core::ffi::c_void,
     pub length: usize,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_data_buf"][::core::mem::size_of::<ibv_data_buf>() - 16usize];
+    ["Alignment of ibv_data_buf"][::core::mem::align_of::<ibv_data_buf>() - 8usize];
+    ["Offset of field: ibv_data_buf::addr"][::core::mem::offset_of!(ibv_data_buf, addr) - 0usize];
+    ["Offset of field: ibv_data_buf::length"]
+        [::core::mem::offset_of!(ibv_data_buf, length) - 8usize];
+};
 impl Default for ibv_data_buf {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1386,6 +2324,14 @@ pub struct ibv_sge {
     pub length: u32,
     pub lkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_sge"][::core::mem::size_of::<ibv_sge>() - 16usize];
+    ["Alignment of ibv_sge"][::core::mem::align_of::<ibv_sge>() - 8usize];
+    ["Offset of field: ibv_sge::addr"][::core::mem::offset_of!(ibv_sge, addr) - 0usize];
+    ["Offset of field: ibv_sge::length"][::core::mem::offset_of!(ibv_sge, length) - 8usize];
+    ["Offset of field: ibv_sge::lkey"][::core::mem::offset_of!(ibv_sge, lkey) - 12usize];
+};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct ibv_send_wr {
@@ -1406,6 +2352,17 @@ pub union ibv_send_wr__bindgen_ty_1 {
     pub imm_data: __be32,
     pub invalidate_rkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_1>() - 4usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_1>() - 4usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_1::imm_data"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_1, imm_data) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_1::invalidate_rkey"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_1, invalidate_rkey) - 0usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1428,6 +2385,17 @@ pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_1 {
     pub remote_addr: u64,
     pub rkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_2__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_2__bindgen_ty_1>() - 16usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_2__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_2__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_1::remote_addr"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_1, remote_addr) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_1::rkey"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_1, rkey) - 8usize];
+};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
@@ -1436,6 +2404,21 @@ pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_2 {
     pub swap: u64,
     pub rkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_2__bindgen_ty_2"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_2__bindgen_ty_2>() - 32usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_2__bindgen_ty_2"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_2__bindgen_ty_2>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_2::remote_addr"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_2, remote_addr) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_2::compare_add"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_2, compare_add) - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_2::swap"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_2, swap) - 16usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_2::rkey"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_2, rkey) - 24usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
@@ -1443,6 +2426,19 @@ pub struct ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
     pub remote_qpn: u32,
     pub remote_qkey: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_2__bindgen_ty_3"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_2__bindgen_ty_3>() - 16usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_2__bindgen_ty_3"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_2__bindgen_ty_3>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_3::ah"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_3, ah) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_3::remote_qpn"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_3, remote_qpn) - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2__bindgen_ty_3::remote_qkey"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2__bindgen_ty_3, remote_qkey) - 12usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1452,6 +2448,19 @@ impl Default for ibv_send_wr__bindgen_ty_2__bindgen_ty_3 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_2"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_2>() - 32usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_2"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_2>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2::rdma"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2, rdma) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2::atomic"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2, atomic) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_2::ud"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_2, ud) - 0usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1471,6 +2480,24 @@ pub union ibv_send_wr__bindgen_ty_3 {
 pub struct ibv_send_wr__bindgen_ty_3__bindgen_ty_1 {
     pub remote_srqn: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_3__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_3__bindgen_ty_1>() - 4usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_3__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_3__bindgen_ty_1>() - 4usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_3__bindgen_ty_1::remote_srqn"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_3__bindgen_ty_1, remote_srqn) - 0usize];
+};
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_3"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_3>() - 4usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_3"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_3>() - 4usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_3::xrc"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_3, xrc) - 0usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_3 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1493,6 +2520,19 @@ pub struct ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
     pub rkey: u32,
     pub bind_info: ibv_mw_bind_info,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_4__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_4__bindgen_ty_1>() - 48usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_4__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_4__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_1::mw"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_1, mw) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_1::rkey"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_1, rkey) - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_1::bind_info"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_1, bind_info) - 16usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_4__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1509,6 +2549,19 @@ pub struct ibv_send_wr__bindgen_ty_4__bindgen_ty_2 {
     pub hdr_sz: u16,
     pub mss: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_4__bindgen_ty_2"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_4__bindgen_ty_2>() - 16usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_4__bindgen_ty_2"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_4__bindgen_ty_2>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_2::hdr"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_2, hdr) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_2::hdr_sz"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_2, hdr_sz) - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4__bindgen_ty_2::mss"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4__bindgen_ty_2, mss) - 10usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_4__bindgen_ty_2 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1518,6 +2571,17 @@ impl Default for ibv_send_wr__bindgen_ty_4__bindgen_ty_2 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr__bindgen_ty_4"]
+        [::core::mem::size_of::<ibv_send_wr__bindgen_ty_4>() - 48usize];
+    ["Alignment of ibv_send_wr__bindgen_ty_4"]
+        [::core::mem::align_of::<ibv_send_wr__bindgen_ty_4>() - 8usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4::bind_mw"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4, bind_mw) - 0usize];
+    ["Offset of field: ibv_send_wr__bindgen_ty_4::tso"]
+        [::core::mem::offset_of!(ibv_send_wr__bindgen_ty_4, tso) - 0usize];
+};
 impl Default for ibv_send_wr__bindgen_ty_4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1527,6 +2591,24 @@ impl Default for ibv_send_wr__bindgen_ty_4 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_send_wr"][::core::mem::size_of::<ibv_send_wr>() - 128usize];
+    ["Alignment of ibv_send_wr"][::core::mem::align_of::<ibv_send_wr>() - 8usize];
+    ["Offset of field: ibv_send_wr::wr_id"][::core::mem::offset_of!(ibv_send_wr, wr_id) - 0usize];
+    ["Offset of field: ibv_send_wr::next"][::core::mem::offset_of!(ibv_send_wr, next) - 8usize];
+    ["Offset of field: ibv_send_wr::sg_list"]
+        [::core::mem::offset_of!(ibv_send_wr, sg_list) - 16usize];
+    ["Offset of field: ibv_send_wr::num_sge"]
+        [::core::mem::offset_of!(ibv_send_wr, num_sge) - 24usize];
+    ["Offset of field: ibv_send_wr::opcode"]
+        [::core::mem::offset_of!(ibv_send_wr, opcode) - 28usize];
+    ["Offset of field: ibv_send_wr::send_flags"]
+        [::core::mem::offset_of!(ibv_send_wr, send_flags) - 32usize];
+    ["Offset of field: ibv_send_wr::wr"][::core::mem::offset_of!(ibv_send_wr, wr) - 40usize];
+    ["Offset of field: ibv_send_wr::qp_type"]
+        [::core::mem::offset_of!(ibv_send_wr, qp_type) - 72usize];
+};
 impl Default for ibv_send_wr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1544,6 +2626,17 @@ pub struct ibv_recv_wr {
     pub sg_list: *mut ibv_sge,
     pub num_sge: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_recv_wr"][::core::mem::size_of::<ibv_recv_wr>() - 32usize];
+    ["Alignment of ibv_recv_wr"][::core::mem::align_of::<ibv_recv_wr>() - 8usize];
+    ["Offset of field: ibv_recv_wr::wr_id"][::core::mem::offset_of!(ibv_recv_wr, wr_id) - 0usize];
+    ["Offset of field: ibv_recv_wr::next"][::core::mem::offset_of!(ibv_recv_wr, next) - 8usize];
+    ["Offset of field: ibv_recv_wr::sg_list"]
+        [::core::mem::offset_of!(ibv_recv_wr, sg_list) - 16usize];
+    ["Offset of field: ibv_recv_wr::num_sge"]
+        [::core::mem::offset_of!(ibv_recv_wr, num_sge) - 24usize];
+};
 impl Default for ibv_recv_wr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1585,6 +2678,23 @@ pub struct ibv_ops_wr__bindgen_ty_1__bindgen_ty_1 {
     pub tag: u64,
     pub mask: u64,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_ops_wr__bindgen_ty_1__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_ops_wr__bindgen_ty_1__bindgen_ty_1>() - 40usize];
+    ["Alignment of ibv_ops_wr__bindgen_ty_1__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_ops_wr__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1__bindgen_ty_1::recv_wr_id"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1__bindgen_ty_1, recv_wr_id) - 0usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1__bindgen_ty_1::sg_list"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1__bindgen_ty_1, sg_list) - 8usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1__bindgen_ty_1::num_sge"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1__bindgen_ty_1, num_sge) - 16usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1__bindgen_ty_1::tag"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1__bindgen_ty_1, tag) - 24usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1__bindgen_ty_1::mask"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1__bindgen_ty_1, mask) - 32usize];
+};
 impl Default for ibv_ops_wr__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1594,6 +2704,19 @@ impl Default for ibv_ops_wr__bindgen_ty_1__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_ops_wr__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_ops_wr__bindgen_ty_1>() - 48usize];
+    ["Alignment of ibv_ops_wr__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_ops_wr__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1::unexpected_cnt"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1, unexpected_cnt) - 0usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1::handle"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1, handle) - 4usize];
+    ["Offset of field: ibv_ops_wr__bindgen_ty_1::add"]
+        [::core::mem::offset_of!(ibv_ops_wr__bindgen_ty_1, add) - 8usize];
+};
 impl Default for ibv_ops_wr__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1603,6 +2726,16 @@ impl Default for ibv_ops_wr__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_ops_wr"][::core::mem::size_of::<ibv_ops_wr>() - 72usize];
+    ["Alignment of ibv_ops_wr"][::core::mem::align_of::<ibv_ops_wr>() - 8usize];
+    ["Offset of field: ibv_ops_wr::wr_id"][::core::mem::offset_of!(ibv_ops_wr, wr_id) - 0usize];
+    ["Offset of field: ibv_ops_wr::next"][::core::mem::offset_of!(ibv_ops_wr, next) - 8usize];
+    ["Offset of field: ibv_ops_wr::opcode"][::core::mem::offset_of!(ibv_ops_wr, opcode) - 16usize];
+    ["Offset of field: ibv_ops_wr::flags"][::core::mem::offset_of!(ibv_ops_wr, flags) - 20usize];
+    ["Offset of field: ibv_ops_wr::tm"][::core::mem::offset_of!(ibv_ops_wr, tm) - 24usize];
+};
 impl Default for ibv_ops_wr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1619,6 +2752,16 @@ pub struct ibv_mw_bind {
     pub send_flags: ::core::ffi::c_uint,
     pub bind_info: ibv_mw_bind_info,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_mw_bind"][::core::mem::size_of::<ibv_mw_bind>() - 48usize];
+    ["Alignment of ibv_mw_bind"][::core::mem::align_of::<ibv_mw_bind>() - 8usize];
+    ["Offset of field: ibv_mw_bind::wr_id"][::core::mem::offset_of!(ibv_mw_bind, wr_id) - 0usize];
+    ["Offset of field: ibv_mw_bind::send_flags"]
+        [::core::mem::offset_of!(ibv_mw_bind, send_flags) - 8usize];
+    ["Offset of field: ibv_mw_bind::bind_info"]
+        [::core::mem::offset_of!(ibv_mw_bind, bind_info) - 16usize];
+};
 impl Default for ibv_mw_bind {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1639,6 +2782,20 @@ pub struct ibv_srq {
     pub cond: pthread_cond_t,
     pub events_completed: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_srq"][::core::mem::size_of::<ibv_srq>() - 128usize];
+    ["Alignment of ibv_srq"][::core::mem::align_of::<ibv_srq>() - 8usize];
+    ["Offset of field: ibv_srq::context"][::core::mem::offset_of!(ibv_srq, context) - 0usize];
+    ["Offset of field: ibv_srq::srq_context"]
+        [::core::mem::offset_of!(ibv_srq, srq_context) - 8usize];
+    ["Offset of field: ibv_srq::pd"][::core::mem::offset_of!(ibv_srq, pd) - 16usize];
+    ["Offset of field: ibv_srq::handle"][::core::mem::offset_of!(ibv_srq, handle) - 24usize];
+    ["Offset of field: ibv_srq::mutex"][::core::mem::offset_of!(ibv_srq, mutex) - 32usize];
+    ["Offset of field: ibv_srq::cond"][::core::mem::offset_of!(ibv_srq, cond) - 72usize];
+    ["Offset of field: ibv_srq::events_completed"]
+        [::core::mem::offset_of!(ibv_srq, events_completed) - 120usize];
+};
 impl Default for ibv_srq {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1671,6 +2828,25 @@ pub struct ibv_wq {
     pub events_completed: u32,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_wq"][::core::mem::size_of::<ibv_wq>() - 152usize];
+    ["Alignment of ibv_wq"][::core::mem::align_of::<ibv_wq>() - 8usize];
+    ["Offset of field: ibv_wq::context"][::core::mem::offset_of!(ibv_wq, context) - 0usize];
+    ["Offset of field: ibv_wq::wq_context"][::core::mem::offset_of!(ibv_wq, wq_context) - 8usize];
+    ["Offset of field: ibv_wq::pd"][::core::mem::offset_of!(ibv_wq, pd) - 16usize];
+    ["Offset of field: ibv_wq::cq"][::core::mem::offset_of!(ibv_wq, cq) - 24usize];
+    ["Offset of field: ibv_wq::wq_num"][::core::mem::offset_of!(ibv_wq, wq_num) - 32usize];
+    ["Offset of field: ibv_wq::handle"][::core::mem::offset_of!(ibv_wq, handle) - 36usize];
+    ["Offset of field: ibv_wq::state"][::core::mem::offset_of!(ibv_wq, state) - 40usize];
+    ["Offset of field: ibv_wq::wq_type"][::core::mem::offset_of!(ibv_wq, wq_type) - 44usize];
+    ["Offset of field: ibv_wq::post_recv"][::core::mem::offset_of!(ibv_wq, post_recv) - 48usize];
+    ["Offset of field: ibv_wq::mutex"][::core::mem::offset_of!(ibv_wq, mutex) - 56usize];
+    ["Offset of field: ibv_wq::cond"][::core::mem::offset_of!(ibv_wq, cond) - 96usize];
+    ["Offset of field: ibv_wq::events_completed"]
+        [::core::mem::offset_of!(ibv_wq, events_completed) - 144usize];
+    ["Offset of field: ibv_wq::comp_mask"][::core::mem::offset_of!(ibv_wq, comp_mask) - 148usize];
+};
 impl Default for ibv_wq {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1697,6 +2873,25 @@ pub struct ibv_qp {
     pub cond: pthread_cond_t,
     pub events_completed: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp"][::core::mem::size_of::<ibv_qp>() - 160usize];
+    ["Alignment of ibv_qp"][::core::mem::align_of::<ibv_qp>() - 8usize];
+    ["Offset of field: ibv_qp::context"][::core::mem::offset_of!(ibv_qp, context) - 0usize];
+    ["Offset of field: ibv_qp::qp_context"][::core::mem::offset_of!(ibv_qp, qp_context) - 8usize];
+    ["Offset of field: ibv_qp::pd"][::core::mem::offset_of!(ibv_qp, pd) - 16usize];
+    ["Offset of field: ibv_qp::send_cq"][::core::mem::offset_of!(ibv_qp, send_cq) - 24usize];
+    ["Offset of field: ibv_qp::recv_cq"][::core::mem::offset_of!(ibv_qp, recv_cq) - 32usize];
+    ["Offset of field: ibv_qp::srq"][::core::mem::offset_of!(ibv_qp, srq) - 40usize];
+    ["Offset of field: ibv_qp::handle"][::core::mem::offset_of!(ibv_qp, handle) - 48usize];
+    ["Offset of field: ibv_qp::qp_num"][::core::mem::offset_of!(ibv_qp, qp_num) - 52usize];
+    ["Offset of field: ibv_qp::state"][::core::mem::offset_of!(ibv_qp, state) - 56usize];
+    ["Offset of field: ibv_qp::qp_type"][::core::mem::offset_of!(ibv_qp, qp_type) - 60usize];
+    ["Offset of field: ibv_qp::mutex"][::core::mem::offset_of!(ibv_qp, mutex) - 64usize];
+    ["Offset of field: ibv_qp::cond"][::core::mem::offset_of!(ibv_qp, cond) - 104usize];
+    ["Offset of field: ibv_qp::events_completed"]
+        [::core::mem::offset_of!(ibv_qp, events_completed) - 152usize];
+};
 impl Default for ibv_qp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1792,6 +2987,58 @@ pub struct ibv_qp_ex {
         ),
     >,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_qp_ex"][::core::mem::size_of::<ibv_qp_ex>() - 352usize];
+    ["Alignment of ibv_qp_ex"][::core::mem::align_of::<ibv_qp_ex>() - 8usize];
+    ["Offset of field: ibv_qp_ex::qp_base"][::core::mem::offset_of!(ibv_qp_ex, qp_base) - 0usize];
+    ["Offset of field: ibv_qp_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_qp_ex, comp_mask) - 160usize];
+    ["Offset of field: ibv_qp_ex::wr_id"][::core::mem::offset_of!(ibv_qp_ex, wr_id) - 168usize];
+    ["Offset of field: ibv_qp_ex::wr_flags"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_flags) - 176usize];
+    ["Offset of field: ibv_qp_ex::wr_atomic_cmp_swp"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_atomic_cmp_swp) - 184usize];
+    ["Offset of field: ibv_qp_ex::wr_atomic_fetch_add"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_atomic_fetch_add) - 192usize];
+    ["Offset of field: ibv_qp_ex::wr_bind_mw"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_bind_mw) - 200usize];
+    ["Offset of field: ibv_qp_ex::wr_local_inv"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_local_inv) - 208usize];
+    ["Offset of field: ibv_qp_ex::wr_rdma_read"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_rdma_read) - 216usize];
+    ["Offset of field: ibv_qp_ex::wr_rdma_write"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_rdma_write) - 224usize];
+    ["Offset of field: ibv_qp_ex::wr_rdma_write_imm"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_rdma_write_imm) - 232usize];
+    ["Offset of field: ibv_qp_ex::wr_send"][::core::mem::offset_of!(ibv_qp_ex, wr_send) - 240usize];
+    ["Offset of field: ibv_qp_ex::wr_send_imm"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_send_imm) - 248usize];
+    ["Offset of field: ibv_qp_ex::wr_send_inv"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_send_inv) - 256usize];
+    ["Offset of field: ibv_qp_ex::wr_send_tso"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_send_tso) - 264usize];
+    ["Offset of field: ibv_qp_ex::wr_set_ud_addr"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_set_ud_addr) - 272usize];
+    ["Offset of field: ibv_qp_ex::wr_set_xrc_srqn"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_set_xrc_srqn) - 280usize];
+    ["Offset of field: ibv_qp_ex::wr_set_inline_data"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_set_inline_data) - 288usize];
+    ["Offset of field: ibv_qp_ex::wr_set_inline_data_list"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_set_inline_data_list) - 296usize];
+    ["Offset of field: ibv_qp_ex::wr_set_sge"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_set_sge) - 304usize];
+    ["Offset of field: ibv_qp_ex::wr_set_sge_list"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_set_sge_list) - 312usize];
+    ["Offset of field: ibv_qp_ex::wr_start"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_start) - 320usize];
+    ["Offset of field: ibv_qp_ex::wr_complete"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_complete) - 328usize];
+    ["Offset of field: ibv_qp_ex::wr_abort"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_abort) - 336usize];
+    ["Offset of field: ibv_qp_ex::wr_atomic_write"]
+        [::core::mem::offset_of!(ibv_qp_ex, wr_atomic_write) - 344usize];
+};
 impl Default for ibv_qp_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1808,6 +3055,14 @@ pub struct ibv_ece {
     pub options: u32,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_ece"][::core::mem::size_of::<ibv_ece>() - 12usize];
+    ["Alignment of ibv_ece"][::core::mem::align_of::<ibv_ece>() - 4usize];
+    ["Offset of field: ibv_ece::vendor_id"][::core::mem::offset_of!(ibv_ece, vendor_id) - 0usize];
+    ["Offset of field: ibv_ece::options"][::core::mem::offset_of!(ibv_ece, options) - 4usize];
+    ["Offset of field: ibv_ece::comp_mask"][::core::mem::offset_of!(ibv_ece, comp_mask) - 8usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_comp_channel {
@@ -1815,6 +3070,17 @@ pub struct ibv_comp_channel {
     pub fd: ::core::ffi::c_int,
     pub refcnt: ::core::ffi::c_int,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_comp_channel"][::core::mem::size_of::<ibv_comp_channel>() - 16usize];
+    ["Alignment of ibv_comp_channel"][::core::mem::align_of::<ibv_comp_channel>() - 8usize];
+    ["Offset of field: ibv_comp_channel::context"]
+        [::core::mem::offset_of!(ibv_comp_channel, context) - 0usize];
+    ["Offset of field: ibv_comp_channel::fd"]
+        [::core::mem::offset_of!(ibv_comp_channel, fd) - 8usize];
+    ["Offset of field: ibv_comp_channel::refcnt"]
+        [::core::mem::offset_of!(ibv_comp_channel, refcnt) - 12usize];
+};
 impl Default for ibv_comp_channel {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1837,6 +3103,22 @@ pub struct ibv_cq {
     pub comp_events_completed: u32,
     pub async_events_completed: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_cq"][::core::mem::size_of::<ibv_cq>() - 128usize];
+    ["Alignment of ibv_cq"][::core::mem::align_of::<ibv_cq>() - 8usize];
+    ["Offset of field: ibv_cq::context"][::core::mem::offset_of!(ibv_cq, context) - 0usize];
+    ["Offset of field: ibv_cq::channel"][::core::mem::offset_of!(ibv_cq, channel) - 8usize];
+    ["Offset of field: ibv_cq::cq_context"][::core::mem::offset_of!(ibv_cq, cq_context) - 16usize];
+    ["Offset of field: ibv_cq::handle"][::core::mem::offset_of!(ibv_cq, handle) - 24usize];
+    ["Offset of field: ibv_cq::cqe"][::core::mem::offset_of!(ibv_cq, cqe) - 28usize];
+    ["Offset of field: ibv_cq::mutex"][::core::mem::offset_of!(ibv_cq, mutex) - 32usize];
+    ["Offset of field: ibv_cq::cond"][::core::mem::offset_of!(ibv_cq, cond) - 72usize];
+    ["Offset of field: ibv_cq::comp_events_completed"]
+        [::core::mem::offset_of!(ibv_cq, comp_events_completed) - 120usize];
+    ["Offset of field: ibv_cq::async_events_completed"]
+        [::core::mem::offset_of!(ibv_cq, async_events_completed) - 124usize];
+};
 impl Default for ibv_cq {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1851,12 +3133,27 @@ impl Default for ibv_cq {
 pub struct ibv_poll_cq_attr {
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_poll_cq_attr"][::core::mem::size_of::<ibv_poll_cq_attr>() - 4usize];
+    ["Alignment of ibv_poll_cq_attr"][::core::mem::align_of::<ibv_poll_cq_attr>() - 4usize];
+    ["Offset of field: ibv_poll_cq_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_poll_cq_attr, comp_mask) - 0usize];
+};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct ibv_wc_tm_info {
     pub tag: u64,
     pub priv_: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_wc_tm_info"][::core::mem::size_of::<ibv_wc_tm_info>() - 16usize];
+    ["Alignment of ibv_wc_tm_info"][::core::mem::align_of::<ibv_wc_tm_info>() - 8usize];
+    ["Offset of field: ibv_wc_tm_info::tag"][::core::mem::offset_of!(ibv_wc_tm_info, tag) - 0usize];
+    ["Offset of field: ibv_wc_tm_info::priv_"]
+        [::core::mem::offset_of!(ibv_wc_tm_info, priv_) - 8usize];
+};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct ibv_cq_ex {
@@ -1907,6 +3204,62 @@ pub struct ibv_cq_ex {
     pub read_completion_wallclock_ns:
         ::core::option::Option<unsafe extern "C" fn(current: *mut ibv_cq_ex) -> u64>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_cq_ex"][::core::mem::size_of::<ibv_cq_ex>() - 288usize];
+    ["Alignment of ibv_cq_ex"][::core::mem::align_of::<ibv_cq_ex>() - 8usize];
+    ["Offset of field: ibv_cq_ex::context"][::core::mem::offset_of!(ibv_cq_ex, context) - 0usize];
+    ["Offset of field: ibv_cq_ex::channel"][::core::mem::offset_of!(ibv_cq_ex, channel) - 8usize];
+    ["Offset of field: ibv_cq_ex::cq_context"]
+        [::core::mem::offset_of!(ibv_cq_ex, cq_context) - 16usize];
+    ["Offset of field: ibv_cq_ex::handle"][::core::mem::offset_of!(ibv_cq_ex, handle) - 24usize];
+    ["Offset of field: ibv_cq_ex::cqe"][::core::mem::offset_of!(ibv_cq_ex, cqe) - 28usize];
+    ["Offset of field: ibv_cq_ex::mutex"][::core::mem::offset_of!(ibv_cq_ex, mutex) - 32usize];
+    ["Offset of field: ibv_cq_ex::cond"][::core::mem::offset_of!(ibv_cq_ex, cond) - 72usize];
+    ["Offset of field: ibv_cq_ex::comp_events_completed"]
+        [::core::mem::offset_of!(ibv_cq_ex, comp_events_completed) - 120usize];
+    ["Offset of field: ibv_cq_ex::async_events_completed"]
+        [::core::mem::offset_of!(ibv_cq_ex, async_events_completed) - 124usize];
+    ["Offset of field: ibv_cq_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_cq_ex, comp_mask) - 128usize];
+    ["Offset of field: ibv_cq_ex::status"][::core::mem::offset_of!(ibv_cq_ex, status) - 132usize];
+    ["Offset of field: ibv_cq_ex::wr_id"][::core::mem::offset_of!(ibv_cq_ex, wr_id) - 136usize];
+    ["Offset of field: ibv_cq_ex::start_poll"]
+        [::core::mem::offset_of!(ibv_cq_ex, start_poll) - 144usize];
+    ["Offset of field: ibv_cq_ex::next_poll"]
+        [::core::mem::offset_of!(ibv_cq_ex, next_poll) - 152usize];
+    ["Offset of field: ibv_cq_ex::end_poll"]
+        [::core::mem::offset_of!(ibv_cq_ex, end_poll) - 160usize];
+    ["Offset of field: ibv_cq_ex::read_opcode"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_opcode) - 168usize];
+    ["Offset of field: ibv_cq_ex::read_vendor_err"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_vendor_err) - 176usize];
+    ["Offset of field: ibv_cq_ex::read_byte_len"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_byte_len) - 184usize];
+    ["Offset of field: ibv_cq_ex::read_imm_data"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_imm_data) - 192usize];
+    ["Offset of field: ibv_cq_ex::read_qp_num"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_qp_num) - 200usize];
+    ["Offset of field: ibv_cq_ex::read_src_qp"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_src_qp) - 208usize];
+    ["Offset of field: ibv_cq_ex::read_wc_flags"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_wc_flags) - 216usize];
+    ["Offset of field: ibv_cq_ex::read_slid"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_slid) - 224usize];
+    ["Offset of field: ibv_cq_ex::read_sl"][::core::mem::offset_of!(ibv_cq_ex, read_sl) - 232usize];
+    ["Offset of field: ibv_cq_ex::read_dlid_path_bits"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_dlid_path_bits) - 240usize];
+    ["Offset of field: ibv_cq_ex::read_completion_ts"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_completion_ts) - 248usize];
+    ["Offset of field: ibv_cq_ex::read_cvlan"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_cvlan) - 256usize];
+    ["Offset of field: ibv_cq_ex::read_flow_tag"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_flow_tag) - 264usize];
+    ["Offset of field: ibv_cq_ex::read_tm_info"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_tm_info) - 272usize];
+    ["Offset of field: ibv_cq_ex::read_completion_wallclock_ns"]
+        [::core::mem::offset_of!(ibv_cq_ex, read_completion_wallclock_ns) - 280usize];
+};
 impl Default for ibv_cq_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1925,12 +3278,30 @@ pub struct ibv_moderate_cq {
     pub cq_count: u16,
     pub cq_period: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_moderate_cq"][::core::mem::size_of::<ibv_moderate_cq>() - 4usize];
+    ["Alignment of ibv_moderate_cq"][::core::mem::align_of::<ibv_moderate_cq>() - 2usize];
+    ["Offset of field: ibv_moderate_cq::cq_count"]
+        [::core::mem::offset_of!(ibv_moderate_cq, cq_count) - 0usize];
+    ["Offset of field: ibv_moderate_cq::cq_period"]
+        [::core::mem::offset_of!(ibv_moderate_cq, cq_period) - 2usize];
+};
 #[repr(C)]
 #[derive(Debug, Default, Copy, Clone)]
 pub struct ibv_modify_cq_attr {
     pub attr_mask: u32,
     pub moderate: ibv_moderate_cq,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_modify_cq_attr"][::core::mem::size_of::<ibv_modify_cq_attr>() - 8usize];
+    ["Alignment of ibv_modify_cq_attr"][::core::mem::align_of::<ibv_modify_cq_attr>() - 4usize];
+    ["Offset of field: ibv_modify_cq_attr::attr_mask"]
+        [::core::mem::offset_of!(ibv_modify_cq_attr, attr_mask) - 0usize];
+    ["Offset of field: ibv_modify_cq_attr::moderate"]
+        [::core::mem::offset_of!(ibv_modify_cq_attr, moderate) - 4usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_ah {
@@ -1938,6 +3309,14 @@ pub struct ibv_ah {
     pub pd: *mut ibv_pd,
     pub handle: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_ah"][::core::mem::size_of::<ibv_ah>() - 24usize];
+    ["Alignment of ibv_ah"][::core::mem::align_of::<ibv_ah>() - 8usize];
+    ["Offset of field: ibv_ah::context"][::core::mem::offset_of!(ibv_ah, context) - 0usize];
+    ["Offset of field: ibv_ah::pd"][::core::mem::offset_of!(ibv_ah, pd) - 8usize];
+    ["Offset of field: ibv_ah::handle"][::core::mem::offset_of!(ibv_ah, handle) - 16usize];
+};
 impl Default for ibv_ah {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -1979,6 +3358,19 @@ pub struct ibv_flow_eth_filter {
     pub ether_type: u16,
     pub vlan_tag: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_eth_filter"][::core::mem::size_of::<ibv_flow_eth_filter>() - 16usize];
+    ["Alignment of ibv_flow_eth_filter"][::core::mem::align_of::<ibv_flow_eth_filter>() - 2usize];
+    ["Offset of field: ibv_flow_eth_filter::dst_mac"]
+        [::core::mem::offset_of!(ibv_flow_eth_filter, dst_mac) - 0usize];
+    ["Offset of field: ibv_flow_eth_filter::src_mac"]
+        [::core::mem::offset_of!(ibv_flow_eth_filter, src_mac) - 6usize];
+    ["Offset of field: ibv_flow_eth_filter::ether_type"]
+        [::core::mem::offset_of!(ibv_flow_eth_filter, ether_type) - 12usize];
+    ["Offset of field: ibv_flow_eth_filter::vlan_tag"]
+        [::core::mem::offset_of!(ibv_flow_eth_filter, vlan_tag) - 14usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_eth {
@@ -1987,6 +3379,19 @@ pub struct ibv_flow_spec_eth {
     pub val: ibv_flow_eth_filter,
     pub mask: ibv_flow_eth_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_eth"][::core::mem::size_of::<ibv_flow_spec_eth>() - 40usize];
+    ["Alignment of ibv_flow_spec_eth"][::core::mem::align_of::<ibv_flow_spec_eth>() - 4usize];
+    ["Offset of field: ibv_flow_spec_eth::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_eth, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_eth::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_eth, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_eth::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_eth, val) - 6usize];
+    ["Offset of field: ibv_flow_spec_eth::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_eth, mask) - 22usize];
+};
 impl Default for ibv_flow_spec_eth {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2002,6 +3407,15 @@ pub struct ibv_flow_ipv4_filter {
     pub src_ip: u32,
     pub dst_ip: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_ipv4_filter"][::core::mem::size_of::<ibv_flow_ipv4_filter>() - 8usize];
+    ["Alignment of ibv_flow_ipv4_filter"][::core::mem::align_of::<ibv_flow_ipv4_filter>() - 4usize];
+    ["Offset of field: ibv_flow_ipv4_filter::src_ip"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_filter, src_ip) - 0usize];
+    ["Offset of field: ibv_flow_ipv4_filter::dst_ip"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_filter, dst_ip) - 4usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_ipv4 {
@@ -2010,6 +3424,19 @@ pub struct ibv_flow_spec_ipv4 {
     pub val: ibv_flow_ipv4_filter,
     pub mask: ibv_flow_ipv4_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_ipv4"][::core::mem::size_of::<ibv_flow_spec_ipv4>() - 24usize];
+    ["Alignment of ibv_flow_spec_ipv4"][::core::mem::align_of::<ibv_flow_spec_ipv4>() - 4usize];
+    ["Offset of field: ibv_flow_spec_ipv4::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_ipv4::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_ipv4::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_ipv4::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4, mask) - 16usize];
+};
 impl Default for ibv_flow_spec_ipv4 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2029,6 +3456,25 @@ pub struct ibv_flow_ipv4_ext_filter {
     pub ttl: u8,
     pub flags: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_ipv4_ext_filter"]
+        [::core::mem::size_of::<ibv_flow_ipv4_ext_filter>() - 12usize];
+    ["Alignment of ibv_flow_ipv4_ext_filter"]
+        [::core::mem::align_of::<ibv_flow_ipv4_ext_filter>() - 4usize];
+    ["Offset of field: ibv_flow_ipv4_ext_filter::src_ip"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_ext_filter, src_ip) - 0usize];
+    ["Offset of field: ibv_flow_ipv4_ext_filter::dst_ip"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_ext_filter, dst_ip) - 4usize];
+    ["Offset of field: ibv_flow_ipv4_ext_filter::proto"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_ext_filter, proto) - 8usize];
+    ["Offset of field: ibv_flow_ipv4_ext_filter::tos"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_ext_filter, tos) - 9usize];
+    ["Offset of field: ibv_flow_ipv4_ext_filter::ttl"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_ext_filter, ttl) - 10usize];
+    ["Offset of field: ibv_flow_ipv4_ext_filter::flags"]
+        [::core::mem::offset_of!(ibv_flow_ipv4_ext_filter, flags) - 11usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_ipv4_ext {
@@ -2037,6 +3483,20 @@ pub struct ibv_flow_spec_ipv4_ext {
     pub val: ibv_flow_ipv4_ext_filter,
     pub mask: ibv_flow_ipv4_ext_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_ipv4_ext"][::core::mem::size_of::<ibv_flow_spec_ipv4_ext>() - 32usize];
+    ["Alignment of ibv_flow_spec_ipv4_ext"]
+        [::core::mem::align_of::<ibv_flow_spec_ipv4_ext>() - 4usize];
+    ["Offset of field: ibv_flow_spec_ipv4_ext::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4_ext, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_ipv4_ext::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4_ext, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_ipv4_ext::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4_ext, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_ipv4_ext::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv4_ext, mask) - 20usize];
+};
 impl Default for ibv_flow_spec_ipv4_ext {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2056,6 +3516,23 @@ pub struct ibv_flow_ipv6_filter {
     pub traffic_class: u8,
     pub hop_limit: u8,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_ipv6_filter"][::core::mem::size_of::<ibv_flow_ipv6_filter>() - 40usize];
+    ["Alignment of ibv_flow_ipv6_filter"][::core::mem::align_of::<ibv_flow_ipv6_filter>() - 4usize];
+    ["Offset of field: ibv_flow_ipv6_filter::src_ip"]
+        [::core::mem::offset_of!(ibv_flow_ipv6_filter, src_ip) - 0usize];
+    ["Offset of field: ibv_flow_ipv6_filter::dst_ip"]
+        [::core::mem::offset_of!(ibv_flow_ipv6_filter, dst_ip) - 16usize];
+    ["Offset of field: ibv_flow_ipv6_filter::flow_label"]
+        [::core::mem::offset_of!(ibv_flow_ipv6_filter, flow_label) - 32usize];
+    ["Offset of field: ibv_flow_ipv6_filter::next_hdr"]
+        [::core::mem::offset_of!(ibv_flow_ipv6_filter, next_hdr) - 36usize];
+    ["Offset of field: ibv_flow_ipv6_filter::traffic_class"]
+        [::core::mem::offset_of!(ibv_flow_ipv6_filter, traffic_class) - 37usize];
+    ["Offset of field: ibv_flow_ipv6_filter::hop_limit"]
+        [::core::mem::offset_of!(ibv_flow_ipv6_filter, hop_limit) - 38usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_ipv6 {
@@ -2064,6 +3541,19 @@ pub struct ibv_flow_spec_ipv6 {
     pub val: ibv_flow_ipv6_filter,
     pub mask: ibv_flow_ipv6_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_ipv6"][::core::mem::size_of::<ibv_flow_spec_ipv6>() - 88usize];
+    ["Alignment of ibv_flow_spec_ipv6"][::core::mem::align_of::<ibv_flow_spec_ipv6>() - 4usize];
+    ["Offset of field: ibv_flow_spec_ipv6::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv6, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_ipv6::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv6, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_ipv6::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv6, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_ipv6::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_ipv6, mask) - 48usize];
+};
 impl Default for ibv_flow_spec_ipv6 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2079,6 +3569,15 @@ pub struct ibv_flow_esp_filter {
     pub spi: u32,
     pub seq: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_esp_filter"][::core::mem::size_of::<ibv_flow_esp_filter>() - 8usize];
+    ["Alignment of ibv_flow_esp_filter"][::core::mem::align_of::<ibv_flow_esp_filter>() - 4usize];
+    ["Offset of field: ibv_flow_esp_filter::spi"]
+        [::core::mem::offset_of!(ibv_flow_esp_filter, spi) - 0usize];
+    ["Offset of field: ibv_flow_esp_filter::seq"]
+        [::core::mem::offset_of!(ibv_flow_esp_filter, seq) - 4usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_esp {
@@ -2087,6 +3586,19 @@ pub struct ibv_flow_spec_esp {
     pub val: ibv_flow_esp_filter,
     pub mask: ibv_flow_esp_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_esp"][::core::mem::size_of::<ibv_flow_spec_esp>() - 24usize];
+    ["Alignment of ibv_flow_spec_esp"][::core::mem::align_of::<ibv_flow_spec_esp>() - 4usize];
+    ["Offset of field: ibv_flow_spec_esp::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_esp, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_esp::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_esp, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_esp::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_esp, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_esp::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_esp, mask) - 16usize];
+};
 impl Default for ibv_flow_spec_esp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2102,6 +3614,16 @@ pub struct ibv_flow_tcp_udp_filter {
     pub dst_port: u16,
     pub src_port: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_tcp_udp_filter"][::core::mem::size_of::<ibv_flow_tcp_udp_filter>() - 4usize];
+    ["Alignment of ibv_flow_tcp_udp_filter"]
+        [::core::mem::align_of::<ibv_flow_tcp_udp_filter>() - 2usize];
+    ["Offset of field: ibv_flow_tcp_udp_filter::dst_port"]
+        [::core::mem::offset_of!(ibv_flow_tcp_udp_filter, dst_port) - 0usize];
+    ["Offset of field: ibv_flow_tcp_udp_filter::src_port"]
+        [::core::mem::offset_of!(ibv_flow_tcp_udp_filter, src_port) - 2usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_tcp_udp {
@@ -2110,6 +3632,20 @@ pub struct ibv_flow_spec_tcp_udp {
     pub val: ibv_flow_tcp_udp_filter,
     pub mask: ibv_flow_tcp_udp_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_tcp_udp"][::core::mem::size_of::<ibv_flow_spec_tcp_udp>() - 16usize];
+    ["Alignment of ibv_flow_spec_tcp_udp"]
+        [::core::mem::align_of::<ibv_flow_spec_tcp_udp>() - 4usize];
+    ["Offset of field: ibv_flow_spec_tcp_udp::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_tcp_udp, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_tcp_udp::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_tcp_udp, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_tcp_udp::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_tcp_udp, val) - 6usize];
+    ["Offset of field: ibv_flow_spec_tcp_udp::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_tcp_udp, mask) - 10usize];
+};
 impl Default for ibv_flow_spec_tcp_udp {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2126,6 +3662,17 @@ pub struct ibv_flow_gre_filter {
     pub protocol: u16,
     pub key: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_gre_filter"][::core::mem::size_of::<ibv_flow_gre_filter>() - 8usize];
+    ["Alignment of ibv_flow_gre_filter"][::core::mem::align_of::<ibv_flow_gre_filter>() - 4usize];
+    ["Offset of field: ibv_flow_gre_filter::c_ks_res0_ver"]
+        [::core::mem::offset_of!(ibv_flow_gre_filter, c_ks_res0_ver) - 0usize];
+    ["Offset of field: ibv_flow_gre_filter::protocol"]
+        [::core::mem::offset_of!(ibv_flow_gre_filter, protocol) - 2usize];
+    ["Offset of field: ibv_flow_gre_filter::key"]
+        [::core::mem::offset_of!(ibv_flow_gre_filter, key) - 4usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_gre {
@@ -2134,6 +3681,19 @@ pub struct ibv_flow_spec_gre {
     pub val: ibv_flow_gre_filter,
     pub mask: ibv_flow_gre_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_gre"][::core::mem::size_of::<ibv_flow_spec_gre>() - 24usize];
+    ["Alignment of ibv_flow_spec_gre"][::core::mem::align_of::<ibv_flow_spec_gre>() - 4usize];
+    ["Offset of field: ibv_flow_spec_gre::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_gre, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_gre::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_gre, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_gre::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_gre, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_gre::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_gre, mask) - 16usize];
+};
 impl Default for ibv_flow_spec_gre {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2148,6 +3708,13 @@ impl Default for ibv_flow_spec_gre {
 pub struct ibv_flow_mpls_filter {
     pub label: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_mpls_filter"][::core::mem::size_of::<ibv_flow_mpls_filter>() - 4usize];
+    ["Alignment of ibv_flow_mpls_filter"][::core::mem::align_of::<ibv_flow_mpls_filter>() - 4usize];
+    ["Offset of field: ibv_flow_mpls_filter::label"]
+        [::core::mem::offset_of!(ibv_flow_mpls_filter, label) - 0usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_mpls {
@@ -2156,6 +3723,19 @@ pub struct ibv_flow_spec_mpls {
     pub val: ibv_flow_mpls_filter,
     pub mask: ibv_flow_mpls_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_mpls"][::core::mem::size_of::<ibv_flow_spec_mpls>() - 16usize];
+    ["Alignment of ibv_flow_spec_mpls"][::core::mem::align_of::<ibv_flow_spec_mpls>() - 4usize];
+    ["Offset of field: ibv_flow_spec_mpls::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_mpls, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_mpls::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_mpls, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_mpls::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_mpls, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_mpls::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_mpls, mask) - 12usize];
+};
 impl Default for ibv_flow_spec_mpls {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2170,6 +3750,14 @@ impl Default for ibv_flow_spec_mpls {
 pub struct ibv_flow_tunnel_filter {
     pub tunnel_id: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_tunnel_filter"][::core::mem::size_of::<ibv_flow_tunnel_filter>() - 4usize];
+    ["Alignment of ibv_flow_tunnel_filter"]
+        [::core::mem::align_of::<ibv_flow_tunnel_filter>() - 4usize];
+    ["Offset of field: ibv_flow_tunnel_filter::tunnel_id"]
+        [::core::mem::offset_of!(ibv_flow_tunnel_filter, tunnel_id) - 0usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_flow_spec_tunnel {
@@ -2178,6 +3766,19 @@ pub struct ibv_flow_spec_tunnel {
     pub val: ibv_flow_tunnel_filter,
     pub mask: ibv_flow_tunnel_filter,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_tunnel"][::core::mem::size_of::<ibv_flow_spec_tunnel>() - 16usize];
+    ["Alignment of ibv_flow_spec_tunnel"][::core::mem::align_of::<ibv_flow_spec_tunnel>() - 4usize];
+    ["Offset of field: ibv_flow_spec_tunnel::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_tunnel, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_tunnel::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_tunnel, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_tunnel::val"]
+        [::core::mem::offset_of!(ibv_flow_spec_tunnel, val) - 8usize];
+    ["Offset of field: ibv_flow_spec_tunnel::mask"]
+        [::core::mem::offset_of!(ibv_flow_spec_tunnel, mask) - 12usize];
+};
 impl Default for ibv_flow_spec_tunnel {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2194,6 +3795,19 @@ pub struct ibv_flow_spec_action_tag {
     pub size: u16,
     pub tag_id: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_action_tag"]
+        [::core::mem::size_of::<ibv_flow_spec_action_tag>() - 12usize];
+    ["Alignment of ibv_flow_spec_action_tag"]
+        [::core::mem::align_of::<ibv_flow_spec_action_tag>() - 4usize];
+    ["Offset of field: ibv_flow_spec_action_tag::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_tag, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_action_tag::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_tag, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_action_tag::tag_id"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_tag, tag_id) - 8usize];
+};
 impl Default for ibv_flow_spec_action_tag {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2209,6 +3823,17 @@ pub struct ibv_flow_spec_action_drop {
     pub type_: ibv_flow_spec_type,
     pub size: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_action_drop"]
+        [::core::mem::size_of::<ibv_flow_spec_action_drop>() - 8usize];
+    ["Alignment of ibv_flow_spec_action_drop"]
+        [::core::mem::align_of::<ibv_flow_spec_action_drop>() - 4usize];
+    ["Offset of field: ibv_flow_spec_action_drop::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_drop, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_action_drop::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_drop, size) - 4usize];
+};
 impl Default for ibv_flow_spec_action_drop {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2225,6 +3850,19 @@ pub struct ibv_flow_spec_action_handle {
     pub size: u16,
     pub action: *const ibv_flow_action,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_action_handle"]
+        [::core::mem::size_of::<ibv_flow_spec_action_handle>() - 16usize];
+    ["Alignment of ibv_flow_spec_action_handle"]
+        [::core::mem::align_of::<ibv_flow_spec_action_handle>() - 8usize];
+    ["Offset of field: ibv_flow_spec_action_handle::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_handle, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_action_handle::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_handle, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_action_handle::action"]
+        [::core::mem::offset_of!(ibv_flow_spec_action_handle, action) - 8usize];
+};
 impl Default for ibv_flow_spec_action_handle {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2241,6 +3879,19 @@ pub struct ibv_flow_spec_counter_action {
     pub size: u16,
     pub counters: *mut ibv_counters,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec_counter_action"]
+        [::core::mem::size_of::<ibv_flow_spec_counter_action>() - 16usize];
+    ["Alignment of ibv_flow_spec_counter_action"]
+        [::core::mem::align_of::<ibv_flow_spec_counter_action>() - 8usize];
+    ["Offset of field: ibv_flow_spec_counter_action::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec_counter_action, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec_counter_action::size"]
+        [::core::mem::offset_of!(ibv_flow_spec_counter_action, size) - 4usize];
+    ["Offset of field: ibv_flow_spec_counter_action::counters"]
+        [::core::mem::offset_of!(ibv_flow_spec_counter_action, counters) - 8usize];
+};
 impl Default for ibv_flow_spec_counter_action {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2279,6 +3930,17 @@ pub struct ibv_flow_spec__bindgen_ty_1__bindgen_ty_1 {
     pub type_: ibv_flow_spec_type,
     pub size: u16,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec__bindgen_ty_1__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_flow_spec__bindgen_ty_1__bindgen_ty_1>() - 8usize];
+    ["Alignment of ibv_flow_spec__bindgen_ty_1__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_flow_spec__bindgen_ty_1__bindgen_ty_1>() - 4usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1__bindgen_ty_1::type_"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1__bindgen_ty_1, type_) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1__bindgen_ty_1::size"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1__bindgen_ty_1, size) - 4usize];
+};
 impl Default for ibv_flow_spec__bindgen_ty_1__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2288,6 +3950,41 @@ impl Default for ibv_flow_spec__bindgen_ty_1__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec__bindgen_ty_1"]
+        [::core::mem::size_of::<ibv_flow_spec__bindgen_ty_1>() - 88usize];
+    ["Alignment of ibv_flow_spec__bindgen_ty_1"]
+        [::core::mem::align_of::<ibv_flow_spec__bindgen_ty_1>() - 8usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::hdr"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, hdr) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::eth"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, eth) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::ipv4"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, ipv4) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::tcp_udp"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, tcp_udp) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::ipv4_ext"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, ipv4_ext) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::ipv6"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, ipv6) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::esp"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, esp) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::tunnel"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, tunnel) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::gre"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, gre) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::mpls"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, mpls) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::flow_tag"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, flow_tag) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::drop"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, drop) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::handle"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, handle) - 0usize];
+    ["Offset of field: ibv_flow_spec__bindgen_ty_1::flow_count"]
+        [::core::mem::offset_of!(ibv_flow_spec__bindgen_ty_1, flow_count) - 0usize];
+};
 impl Default for ibv_flow_spec__bindgen_ty_1 {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2297,6 +3994,11 @@ impl Default for ibv_flow_spec__bindgen_ty_1 {
         }
     }
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_spec"][::core::mem::size_of::<ibv_flow_spec>() - 88usize];
+    ["Alignment of ibv_flow_spec"][::core::mem::align_of::<ibv_flow_spec>() - 8usize];
+};
 impl Default for ibv_flow_spec {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2317,6 +4019,24 @@ pub struct ibv_flow_attr {
     pub port: u8,
     pub flags: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_attr"][::core::mem::size_of::<ibv_flow_attr>() - 20usize];
+    ["Alignment of ibv_flow_attr"][::core::mem::align_of::<ibv_flow_attr>() - 4usize];
+    ["Offset of field: ibv_flow_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_flow_attr, comp_mask) - 0usize];
+    ["Offset of field: ibv_flow_attr::type_"]
+        [::core::mem::offset_of!(ibv_flow_attr, type_) - 4usize];
+    ["Offset of field: ibv_flow_attr::size"][::core::mem::offset_of!(ibv_flow_attr, size) - 8usize];
+    ["Offset of field: ibv_flow_attr::priority"]
+        [::core::mem::offset_of!(ibv_flow_attr, priority) - 10usize];
+    ["Offset of field: ibv_flow_attr::num_of_specs"]
+        [::core::mem::offset_of!(ibv_flow_attr, num_of_specs) - 12usize];
+    ["Offset of field: ibv_flow_attr::port"]
+        [::core::mem::offset_of!(ibv_flow_attr, port) - 13usize];
+    ["Offset of field: ibv_flow_attr::flags"]
+        [::core::mem::offset_of!(ibv_flow_attr, flags) - 16usize];
+};
 impl Default for ibv_flow_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2333,6 +4053,14 @@ pub struct ibv_flow {
     pub context: *mut ibv_context,
     pub handle: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow"][::core::mem::size_of::<ibv_flow>() - 24usize];
+    ["Alignment of ibv_flow"][::core::mem::align_of::<ibv_flow>() - 8usize];
+    ["Offset of field: ibv_flow::comp_mask"][::core::mem::offset_of!(ibv_flow, comp_mask) - 0usize];
+    ["Offset of field: ibv_flow::context"][::core::mem::offset_of!(ibv_flow, context) - 8usize];
+    ["Offset of field: ibv_flow::handle"][::core::mem::offset_of!(ibv_flow, handle) - 16usize];
+};
 impl Default for ibv_flow {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2347,6 +4075,13 @@ impl Default for ibv_flow {
 pub struct ibv_flow_action {
     pub context: *mut ibv_context,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_action"][::core::mem::size_of::<ibv_flow_action>() - 8usize];
+    ["Alignment of ibv_flow_action"][::core::mem::align_of::<ibv_flow_action>() - 8usize];
+    ["Offset of field: ibv_flow_action::context"]
+        [::core::mem::offset_of!(ibv_flow_action, context) - 0usize];
+};
 impl Default for ibv_flow_action {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2372,6 +4107,33 @@ pub struct ibv_flow_action_esp_attr {
     pub comp_mask: u32,
     pub esn: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_flow_action_esp_attr"]
+        [::core::mem::size_of::<ibv_flow_action_esp_attr>() - 56usize];
+    ["Alignment of ibv_flow_action_esp_attr"]
+        [::core::mem::align_of::<ibv_flow_action_esp_attr>() - 8usize];
+    ["Offset of field: ibv_flow_action_esp_attr::esp_attr"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, esp_attr) - 0usize];
+    ["Offset of field: ibv_flow_action_esp_attr::keymat_proto"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, keymat_proto) - 8usize];
+    ["Offset of field: ibv_flow_action_esp_attr::keymat_len"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, keymat_len) - 12usize];
+    ["Offset of field: ibv_flow_action_esp_attr::keymat_ptr"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, keymat_ptr) - 16usize];
+    ["Offset of field: ibv_flow_action_esp_attr::replay_proto"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, replay_proto) - 24usize];
+    ["Offset of field: ibv_flow_action_esp_attr::replay_len"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, replay_len) - 28usize];
+    ["Offset of field: ibv_flow_action_esp_attr::replay_ptr"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, replay_ptr) - 32usize];
+    ["Offset of field: ibv_flow_action_esp_attr::esp_encap"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, esp_encap) - 40usize];
+    ["Offset of field: ibv_flow_action_esp_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, comp_mask) - 48usize];
+    ["Offset of field: ibv_flow_action_esp_attr::esn"]
+        [::core::mem::offset_of!(ibv_flow_action_esp_attr, esn) - 52usize];
+};
 impl Default for ibv_flow_action_esp_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2392,6 +4154,15 @@ pub struct _ibv_device_ops {
     >,
     pub _dummy2: ::core::option::Option<unsafe extern "C" fn(context: *mut ibv_context)>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of _ibv_device_ops"][::core::mem::size_of::<_ibv_device_ops>() - 16usize];
+    ["Alignment of _ibv_device_ops"][::core::mem::align_of::<_ibv_device_ops>() - 8usize];
+    ["Offset of field: _ibv_device_ops::_dummy1"]
+        [::core::mem::offset_of!(_ibv_device_ops, _dummy1) - 0usize];
+    ["Offset of field: _ibv_device_ops::_dummy2"]
+        [::core::mem::offset_of!(_ibv_device_ops, _dummy2) - 8usize];
+};
 pub const IBV_SYSFS_NAME_MAX: _bindgen_ty_17 = 64;
 pub const IBV_SYSFS_PATH_MAX: _bindgen_ty_17 = 256;
 pub type _bindgen_ty_17 = ::core::ffi::c_uint;
@@ -2406,6 +4177,23 @@ pub struct ibv_device {
     pub dev_path: [::core::ffi::c_char; 256usize],
     pub ibdev_path: [::core::ffi::c_char; 256usize],
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_device"][::core::mem::size_of::<ibv_device>() - 664usize];
+    ["Alignment of ibv_device"][::core::mem::align_of::<ibv_device>() - 8usize];
+    ["Offset of field: ibv_device::_ops"][::core::mem::offset_of!(ibv_device, _ops) - 0usize];
+    ["Offset of field: ibv_device::node_type"]
+        [::core::mem::offset_of!(ibv_device, node_type) - 16usize];
+    ["Offset of field: ibv_device::transport_type"]
+        [::core::mem::offset_of!(ibv_device, transport_type) - 20usize];
+    ["Offset of field: ibv_device::name"][::core::mem::offset_of!(ibv_device, name) - 24usize];
+    ["Offset of field: ibv_device::dev_name"]
+        [::core::mem::offset_of!(ibv_device, dev_name) - 88usize];
+    ["Offset of field: ibv_device::dev_path"]
+        [::core::mem::offset_of!(ibv_device, dev_path) - 152usize];
+    ["Offset of field: ibv_device::ibdev_path"]
+        [::core::mem::offset_of!(ibv_device, ibdev_path) - 408usize];
+};
 impl Default for ibv_device {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2526,6 +4314,75 @@ pub struct ibv_context_ops {
     pub _compat_async_event:
         ::core::option::Option<unsafe extern "C" fn() -> *mut ::core::ffi::c_void>,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_context_ops"][::core::mem::size_of::<ibv_context_ops>() - 256usize];
+    ["Alignment of ibv_context_ops"][::core::mem::align_of::<ibv_context_ops>() - 8usize];
+    ["Offset of field: ibv_context_ops::_compat_query_device"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_query_device) - 0usize];
+    ["Offset of field: ibv_context_ops::_compat_query_port"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_query_port) - 8usize];
+    ["Offset of field: ibv_context_ops::_compat_alloc_pd"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_alloc_pd) - 16usize];
+    ["Offset of field: ibv_context_ops::_compat_dealloc_pd"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_dealloc_pd) - 24usize];
+    ["Offset of field: ibv_context_ops::_compat_reg_mr"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_reg_mr) - 32usize];
+    ["Offset of field: ibv_context_ops::_compat_rereg_mr"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_rereg_mr) - 40usize];
+    ["Offset of field: ibv_context_ops::_compat_dereg_mr"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_dereg_mr) - 48usize];
+    ["Offset of field: ibv_context_ops::alloc_mw"]
+        [::core::mem::offset_of!(ibv_context_ops, alloc_mw) - 56usize];
+    ["Offset of field: ibv_context_ops::bind_mw"]
+        [::core::mem::offset_of!(ibv_context_ops, bind_mw) - 64usize];
+    ["Offset of field: ibv_context_ops::dealloc_mw"]
+        [::core::mem::offset_of!(ibv_context_ops, dealloc_mw) - 72usize];
+    ["Offset of field: ibv_context_ops::_compat_create_cq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_create_cq) - 80usize];
+    ["Offset of field: ibv_context_ops::poll_cq"]
+        [::core::mem::offset_of!(ibv_context_ops, poll_cq) - 88usize];
+    ["Offset of field: ibv_context_ops::req_notify_cq"]
+        [::core::mem::offset_of!(ibv_context_ops, req_notify_cq) - 96usize];
+    ["Offset of field: ibv_context_ops::_compat_cq_event"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_cq_event) - 104usize];
+    ["Offset of field: ibv_context_ops::_compat_resize_cq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_resize_cq) - 112usize];
+    ["Offset of field: ibv_context_ops::_compat_destroy_cq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_destroy_cq) - 120usize];
+    ["Offset of field: ibv_context_ops::_compat_create_srq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_create_srq) - 128usize];
+    ["Offset of field: ibv_context_ops::_compat_modify_srq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_modify_srq) - 136usize];
+    ["Offset of field: ibv_context_ops::_compat_query_srq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_query_srq) - 144usize];
+    ["Offset of field: ibv_context_ops::_compat_destroy_srq"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_destroy_srq) - 152usize];
+    ["Offset of field: ibv_context_ops::post_srq_recv"]
+        [::core::mem::offset_of!(ibv_context_ops, post_srq_recv) - 160usize];
+    ["Offset of field: ibv_context_ops::_compat_create_qp"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_create_qp) - 168usize];
+    ["Offset of field: ibv_context_ops::_compat_query_qp"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_query_qp) - 176usize];
+    ["Offset of field: ibv_context_ops::_compat_modify_qp"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_modify_qp) - 184usize];
+    ["Offset of field: ibv_context_ops::_compat_destroy_qp"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_destroy_qp) - 192usize];
+    ["Offset of field: ibv_context_ops::post_send"]
+        [::core::mem::offset_of!(ibv_context_ops, post_send) - 200usize];
+    ["Offset of field: ibv_context_ops::post_recv"]
+        [::core::mem::offset_of!(ibv_context_ops, post_recv) - 208usize];
+    ["Offset of field: ibv_context_ops::_compat_create_ah"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_create_ah) - 216usize];
+    ["Offset of field: ibv_context_ops::_compat_destroy_ah"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_destroy_ah) - 224usize];
+    ["Offset of field: ibv_context_ops::_compat_attach_mcast"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_attach_mcast) - 232usize];
+    ["Offset of field: ibv_context_ops::_compat_detach_mcast"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_detach_mcast) - 240usize];
+    ["Offset of field: ibv_context_ops::_compat_async_event"]
+        [::core::mem::offset_of!(ibv_context_ops, _compat_async_event) - 248usize];
+};
 #[repr(C)]
 #[derive(Copy, Clone)]
 pub struct ibv_context {
@@ -2537,6 +4394,22 @@ pub struct ibv_context {
     pub mutex: pthread_mutex_t,
     pub abi_compat: *mut ::core::ffi::c_void,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_context"][::core::mem::size_of::<ibv_context>() - 328usize];
+    ["Alignment of ibv_context"][::core::mem::align_of::<ibv_context>() - 8usize];
+    ["Offset of field: ibv_context::device"][::core::mem::offset_of!(ibv_context, device) - 0usize];
+    ["Offset of field: ibv_context::ops"][::core::mem::offset_of!(ibv_context, ops) - 8usize];
+    ["Offset of field: ibv_context::cmd_fd"]
+        [::core::mem::offset_of!(ibv_context, cmd_fd) - 264usize];
+    ["Offset of field: ibv_context::async_fd"]
+        [::core::mem::offset_of!(ibv_context, async_fd) - 268usize];
+    ["Offset of field: ibv_context::num_comp_vectors"]
+        [::core::mem::offset_of!(ibv_context, num_comp_vectors) - 272usize];
+    ["Offset of field: ibv_context::mutex"][::core::mem::offset_of!(ibv_context, mutex) - 280usize];
+    ["Offset of field: ibv_context::abi_compat"]
+        [::core::mem::offset_of!(ibv_context, abi_compat) - 320usize];
+};
 impl Default for ibv_context {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2564,6 +4437,27 @@ pub struct ibv_cq_init_attr_ex {
     pub flags: u32,
     pub parent_domain: *mut ibv_pd,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_cq_init_attr_ex"][::core::mem::size_of::<ibv_cq_init_attr_ex>() - 56usize];
+    ["Alignment of ibv_cq_init_attr_ex"][::core::mem::align_of::<ibv_cq_init_attr_ex>() - 8usize];
+    ["Offset of field: ibv_cq_init_attr_ex::cqe"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, cqe) - 0usize];
+    ["Offset of field: ibv_cq_init_attr_ex::cq_context"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, cq_context) - 8usize];
+    ["Offset of field: ibv_cq_init_attr_ex::channel"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, channel) - 16usize];
+    ["Offset of field: ibv_cq_init_attr_ex::comp_vector"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, comp_vector) - 24usize];
+    ["Offset of field: ibv_cq_init_attr_ex::wc_flags"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, wc_flags) - 32usize];
+    ["Offset of field: ibv_cq_init_attr_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, comp_mask) - 40usize];
+    ["Offset of field: ibv_cq_init_attr_ex::flags"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, flags) - 44usize];
+    ["Offset of field: ibv_cq_init_attr_ex::parent_domain"]
+        [::core::mem::offset_of!(ibv_cq_init_attr_ex, parent_domain) - 48usize];
+};
 impl Default for ibv_cq_init_attr_ex {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2601,6 +4495,25 @@ pub struct ibv_parent_domain_init_attr {
     >,
     pub pd_context: *mut ::core::ffi::c_void,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_parent_domain_init_attr"]
+        [::core::mem::size_of::<ibv_parent_domain_init_attr>() - 48usize];
+    ["Alignment of ibv_parent_domain_init_attr"]
+        [::core::mem::align_of::<ibv_parent_domain_init_attr>() - 8usize];
+    ["Offset of field: ibv_parent_domain_init_attr::pd"]
+        [::core::mem::offset_of!(ibv_parent_domain_init_attr, pd) - 0usize];
+    ["Offset of field: ibv_parent_domain_init_attr::td"]
+        [::core::mem::offset_of!(ibv_parent_domain_init_attr, td) - 8usize];
+    ["Offset of field: ibv_parent_domain_init_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_parent_domain_init_attr, comp_mask) - 16usize];
+    ["Offset of field: ibv_parent_domain_init_attr::alloc"]
+        [::core::mem::offset_of!(ibv_parent_domain_init_attr, alloc) - 24usize];
+    ["Offset of field: ibv_parent_domain_init_attr::free"]
+        [::core::mem::offset_of!(ibv_parent_domain_init_attr, free) - 32usize];
+    ["Offset of field: ibv_parent_domain_init_attr::pd_context"]
+        [::core::mem::offset_of!(ibv_parent_domain_init_attr, pd_context) - 40usize];
+};
 impl Default for ibv_parent_domain_init_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2615,11 +4528,26 @@ impl Default for ibv_parent_domain_init_attr {
 pub struct ibv_counters_init_attr {
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_counters_init_attr"][::core::mem::size_of::<ibv_counters_init_attr>() - 4usize];
+    ["Alignment of ibv_counters_init_attr"]
+        [::core::mem::align_of::<ibv_counters_init_attr>() - 4usize];
+    ["Offset of field: ibv_counters_init_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_counters_init_attr, comp_mask) - 0usize];
+};
 #[repr(C)]
 #[derive(Debug, Copy, Clone)]
 pub struct ibv_counters {
     pub context: *mut ibv_context,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_counters"][::core::mem::size_of::<ibv_counters>() - 8usize];
+    ["Alignment of ibv_counters"][::core::mem::align_of::<ibv_counters>() - 8usize];
+    ["Offset of field: ibv_counters::context"]
+        [::core::mem::offset_of!(ibv_counters, context) - 0usize];
+};
 impl Default for ibv_counters {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2639,6 +4567,19 @@ pub struct ibv_counter_attach_attr {
     pub index: u32,
     pub comp_mask: u32,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_counter_attach_attr"]
+        [::core::mem::size_of::<ibv_counter_attach_attr>() - 12usize];
+    ["Alignment of ibv_counter_attach_attr"]
+        [::core::mem::align_of::<ibv_counter_attach_attr>() - 4usize];
+    ["Offset of field: ibv_counter_attach_attr::counter_desc"]
+        [::core::mem::offset_of!(ibv_counter_attach_attr, counter_desc) - 0usize];
+    ["Offset of field: ibv_counter_attach_attr::index"]
+        [::core::mem::offset_of!(ibv_counter_attach_attr, index) - 4usize];
+    ["Offset of field: ibv_counter_attach_attr::comp_mask"]
+        [::core::mem::offset_of!(ibv_counter_attach_attr, comp_mask) - 8usize];
+};
 impl Default for ibv_counter_attach_attr {
     fn default() -> Self {
         let mut s = ::core::mem::MaybeUninit::<Self>::uninit();
@@ -2659,6 +4600,15 @@ pub struct ibv_values_ex {
     pub comp_mask: u32,
     pub raw_clock: timespec,
 }
+#[allow(clippy::unnecessary_operation, clippy::identity_op)]
+const _: () = {
+    ["Size of ibv_values_ex"][::core::mem::size_of::<ibv_values_ex>() - 24usize];
+    ["Alignment of ibv_values_ex"][::core::mem::align_of::<ibv_values_ex>() - 8usize];
+    ["Offset of field: ibv_values_ex::comp_mask"]
+        [::core::mem::offset_of!(ibv_values_ex, comp_mask) - 0usize];
+    ["Offset of field: ibv_values_ex::raw_clock"]
+        [::core::mem::offset_of!(ibv_values_ex, raw_clock) - 8usize];
+};
 pub const IBV_REREG_MR_ERR_INPUT: ibv_rereg_mr_err_code = -1;
 pub const IBV_REREG_MR_ERR_DONT_FORK_NEW: ibv_rereg_mr_err_code = -2;
 pub const IBV_REREG_MR_ERR_DO_FORK_OLD: ibv_rereg_mr_err_code = -3;

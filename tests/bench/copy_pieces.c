@@ -1,5 +1,5 @@
-/* memcpy of one buffer whole against in pieces of 512 B-4 KiB (docs/PERFORMANCE.md, "Copies
- * in 4 KiB pieces"): 200 copies per size, MB/s = 1e6 B/s.
+/* memcpy of one buffer whole against in pieces of 512 B-4 KiB (docs/PERFORMANCE.md, "Costs
+ * in the guest"): 200 copies per size, MB/s = 1e6 B/s.
  *
  *   gcc -O2 -o target/cmp/copy_pieces tests/bench/copy_pieces.c
  *   target/cmp/copy_pieces                                          # natively

@@ -1,5 +1,5 @@
 /* What registering memory costs against copying it, where openib runs (docs/PERFORMANCE.md,
- * "Registering instead of copying"): for 64 KiB, 256 KiB and 1 MiB, three times each, the time
+ * "Costs in the guest"): for 64 KiB, 256 KiB and 1 MiB, three times each, the time
  * of calloc, of ibv_reg_mr on the fresh (untouched) buffer, of writing it once (memset), of
  * ibv_dereg_mr, of ibv_reg_mr plus ibv_dereg_mr of the same buffer now touched, of an mmap with
  * MAP_POPULATE, and of ibv_reg_mr of that mapping. Timed by CLOCK_MONOTONIC, in ms.

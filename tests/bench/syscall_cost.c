@@ -1,5 +1,5 @@
-/* What one system call costs where openib's waiting loops run (docs/PERFORMANCE.md, "Small
- * messages"): 20,000 calls each of clock_gettime, sched_yield, a non-blocking accept4 on an
+/* What one system call costs where openib's waiting loops run (docs/PERFORMANCE.md, "Costs
+ * in the guest"): 20,000 calls each of clock_gettime, sched_yield, a non-blocking accept4 on an
  * idle listener, getppid, poll of one descriptor, and rdtsc, timed by CLOCK_MONOTONIC.
  *
  *   gcc -O2 -o target/cmp/syscall_cost tests/bench/syscall_cost.c

@@ -683,6 +683,16 @@ pub static SETTINGS: &[Setting] = &[
         Some("16384"),
         "idle progress calls in a row after which a waiting loop (flush, openib_flush, bench, stress) sleeps on the completion channel instead of polling; 0: always poll",
     ),
+    Setting::new(
+        "OPENIB_SEQ_START",
+        C::Transport,
+        Kind::Int {
+            min: 0,
+            max: u32::MAX as u64,
+        },
+        Some("0"),
+        "for tests: the first sequence number of every endpoint, both ways (sequence numbers wrap from 4294967295 to 0; 4294967040 crosses the wrap after 256 messages); every process of a job must agree",
+    ),
     // fault
     Setting::new(
         "OPENIB_FAULT",

@@ -4,6 +4,8 @@
 //! flight (the shared send budget holds them back); rxe takes the split rendezvous by default.
 //! Timings are printed, never asserted.
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "softroce/harness.rs"]
 mod harness;
 
@@ -16,6 +18,8 @@ fn bench_moves_checked_data_through_both_paths() {
     if harness::skip_guest("softroce_transport") {
         return;
     }
+    // The section `lie`: OPENIB_FAULT=lie-seq.
+    fault_feature::require("softroce_transport");
     let b = env!("CARGO_BIN_EXE_openib");
     let script = format!(
         "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\

@@ -770,6 +770,7 @@ impl Client {
             Some(deadline_ms),
         );
         let mut heard: BTreeSet<u32> = BTreeSet::new();
+        #[cfg(feature = "fault-injection")]
         let mut sent_any = false;
         // After the deadline: (root, give up at).
         let mut timed_out: Option<(u32, Instant)> = None;
@@ -802,6 +803,7 @@ impl Client {
                             to,
                             payload: FencePayload::Res(msg).encode(),
                         })?;
+                        #[cfg(feature = "fault-injection")]
                         if !sent_any {
                             sent_any = true;
                             crate::fault::point("in-fence", me);
@@ -987,6 +989,7 @@ impl Client {
                 outs.extend(machine.handle(FenceIn::Msg { from, msg }));
             }
         }
+        #[cfg(feature = "fault-injection")]
         let mut sent_any = false;
         let events = self.events.lock().expect("events");
         loop {
@@ -997,6 +1000,7 @@ impl Client {
                             to,
                             payload: msg.encode(),
                         })?;
+                        #[cfg(feature = "fault-injection")]
                         if !sent_any {
                             sent_any = true;
                             crate::fault::point("in-fence", self.info.rank);

@@ -468,6 +468,8 @@ impl TransportConfig {
     /// malformed or out-of-range value is an error naming the setting.
     pub fn from_env(wireup: PingConfig) -> Result<TransportConfig, TransportError> {
         use crate::config;
+        // OPENIB_FAULT in a build without fault injection: refused by name, not ignored.
+        crate::fault::check_available()?;
         Ok(TransportConfig {
             wireup,
             eager_limit: config::usize("OPENIB_EAGER_LIMIT")?,
@@ -1018,7 +1020,9 @@ struct Endpoint {
     /// Largest message (header included) sent inline: what the QP granted.
     inline_max: usize,
     /// The sequence number whose immediate header this endpoint misnumbers
-    /// (`OPENIB_FAULT=lie-seq`); `None`: none (every `u32` is a valid sequence number).
+    /// (`OPENIB_FAULT=lie-seq`); `None`: none (every `u32` is a valid sequence number). Only
+    /// in a build with fault injection.
+    #[cfg(feature = "fault-injection")]
     lie_at_seq: Option<u32>,
     /// At least one send request in this many is signaled (`OPENIB_SIGNAL_EVERY`; 1: all).
     signal_every: u32,
@@ -1072,12 +1076,7 @@ pub struct EndpointStats {
 }
 
 impl Endpoint {
-    fn new(
-        sq_budget: Arc<SqBudget>,
-        lie_at_seq: Option<u32>,
-        signal_every: u32,
-        seq_start: u32,
-    ) -> Endpoint {
+    fn new(sq_budget: Arc<SqBudget>, signal_every: u32, seq_start: u32) -> Endpoint {
         Endpoint {
             state: EndpointState::Idle,
             conn: None,
@@ -1101,7 +1100,8 @@ impl Endpoint {
             stats: EndpointStats::default(),
             sq_budget,
             inline_max: 0,
-            lie_at_seq,
+            #[cfg(feature = "fault-injection")]
+            lie_at_seq: None,
             signal_every,
             unsignaled_run: 0,
         }
@@ -1222,13 +1222,9 @@ impl Endpoint {
         let imm = match kind {
             Kind::Eager if !payload.is_empty() => {
                 // OPENIB_FAULT=lie-seq: one wrong sequence byte, for the peer's check to catch.
-                let told = seq ^ u32::from(Some(seq) == self.lie_at_seq);
-                ImmHeader::fitting(
-                    tag,
-                    self.credits.to_return,
-                    self.credits.ctl_to_return,
-                    told,
-                )
+                #[cfg(feature = "fault-injection")]
+                let seq = seq ^ u32::from(Some(seq) == self.lie_at_seq);
+                ImmHeader::fitting(tag, self.credits.to_return, self.credits.ctl_to_return, seq)
             }
             _ => None,
         };
@@ -1515,21 +1511,17 @@ impl Transport {
         );
         cfg.rndv = rndv;
         let sq_budget = Arc::new(SqBudget::new(cfg.cq_depth));
+        #[cfg(feature = "fault-injection")]
         let lie_at_seq =
             crate::fault::armed("lie-seq", rt.info().rank).then_some(crate::fault::LIE_SEQ);
         let eps = w
             .plans
             .keys()
             .map(|&p| {
-                (
-                    p,
-                    Endpoint::new(
-                        sq_budget.clone(),
-                        lie_at_seq,
-                        cfg.signal_every,
-                        cfg.seq_start,
-                    ),
-                )
+                let ep = Endpoint::new(sq_budget.clone(), cfg.signal_every, cfg.seq_start);
+                #[cfg(feature = "fault-injection")]
+                let ep = Endpoint { lie_at_seq, ..ep };
+                (p, ep)
             })
             .collect();
         let preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>> = Default::default();

@@ -360,6 +360,15 @@ fn port_filter(v: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// `OPENIB_FAULT` in a build without fault injection: refused (see [`crate::fault`]).
+fn fault_built(_: &str) -> Result<(), String> {
+    if crate::fault::BUILT {
+        Ok(())
+    } else {
+        Err(crate::fault::NOT_BUILT.into())
+    }
+}
+
 fn log_filter(v: &str) -> Result<(), String> {
     tracing_subscriber::EnvFilter::try_new(v)
         .map(|_| ())
@@ -683,6 +692,16 @@ pub static SETTINGS: &[Setting] = &[
         Some("16384"),
         "idle progress calls in a row after which a waiting loop (flush, openib_flush, bench, stress) sleeps on the completion channel instead of polling; 0: always poll",
     ),
+    Setting::new(
+        "OPENIB_SEQ_START",
+        C::Transport,
+        Kind::Int {
+            min: 0,
+            max: u32::MAX as u64,
+        },
+        Some("0"),
+        "for tests: the first sequence number of every endpoint, both ways (sequence numbers wrap from 4294967295 to 0; 4294967040 crosses the wrap after 256 messages); every process of a job must agree",
+    ),
     // fault
     Setting::new(
         "OPENIB_FAULT",
@@ -693,8 +712,9 @@ pub static SETTINGS: &[Setting] = &[
             repeat: true,
         },
         None,
-        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch); unset: none",
-    ),
+        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch); unset: none; only in a build with the cargo feature fault-injection (tests have it), a default build refuses it",
+    )
+    .checked(fault_built),
     // logging
     Setting::new(
         "OPENIB_LOG",
@@ -1218,6 +1238,8 @@ mod tests {
             || name.starts_with("OPENIB_GUEST")
             // scripts/compare's binary (for the whole run, or per variant).
             || name == "OPENIB_BIN"
+            // scripts/test's default (no fault injection) build, for tests/fault_feature.rs.
+            || name == "OPENIB_TEST_DEFAULT_BIN"
             // The C ABI's return codes (include/openib.h, docs/CAPI.md).
             || name == "OPENIB_OK"
             || name.starts_with("OPENIB_ERR_")

@@ -8,15 +8,50 @@
 //! way through the messages of `openib stress`).
 //!
 //! One point makes the rank misbehave instead of dying: `lie-seq` (the transport sends its
-//! eager message number [`LIE_SEQ`] to every peer with a wrong sequence byte in the immediate
+//! eager message number `LIE_SEQ` to every peer with a wrong sequence byte in the immediate
 //! header), so that the peers' check of what arrives is exercised end to end.
+//!
+//! The injection is compiled only with the cargo feature `fault-injection` (every test build
+//! has it: the package's dev-dependency on itself turns it on; `scripts/test` and CI too). A
+//! default build, `cargo build --release`, has no `point` nor `armed`: each call site is
+//! `#[cfg(feature = "fault-injection")]`, so no fault check can sit in its data path (an
+//! ungated call does not compile there), and it refuses `OPENIB_FAULT` by name
+//! ([`check_available`], which the CLI and [`crate::transport::TransportConfig::from_env`]
+//! call; `openib config` shows the setting and flags it). [`say`] and [`say_agreed`] are
+//! reporting, not injection: always built.
+
+use crate::config::{self, ConfigError};
+
+/// Whether this build injects faults (the cargo feature `fault-injection`).
+pub const BUILT: bool = cfg!(feature = "fault-injection");
+
+/// Why `OPENIB_FAULT` is refused by a build without fault injection.
+pub const NOT_BUILT: &str = "this build of openib has no fault injection (built without the cargo feature `fault-injection`, which tests and scripts/test turn on): unset it, or build with `--features fault-injection`";
+
+/// `Err` naming `OPENIB_FAULT`, its value and the missing feature when it is set (not blank)
+/// in a build without fault injection; `Ok` otherwise (a malformed value in a build with it
+/// is `point`'s to report, as before).
+pub fn check_available() -> Result<(), ConfigError> {
+    match config::text("OPENIB_FAULT") {
+        Some(value) if !BUILT && !value.trim().is_empty() => Err(ConfigError {
+            name: "OPENIB_FAULT",
+            value,
+            origin: config::source("OPENIB_FAULT"),
+            problem: NOT_BUILT.into(),
+            allowed: "unset, in this build".into(),
+        }),
+        _ => Ok(()),
+    }
+}
 
 /// The sequence number of the message that `OPENIB_FAULT=lie-seq:RANK` misnumbers.
+#[cfg(feature = "fault-injection")]
 pub const LIE_SEQ: u32 = 100;
 
 /// Whether `OPENIB_FAULT` names `point` for `rank` (for the points that make a rank
 /// misbehave rather than die); says so on stderr when it does. A malformed `OPENIB_FAULT`
 /// arms nothing (and [`point`] says so).
+#[cfg(feature = "fault-injection")]
 pub fn armed(point: &str, rank: u32) -> bool {
     let hit = crate::config::pairs("OPENIB_FAULT").is_ok_and(|spec| {
         spec.iter()
@@ -30,6 +65,7 @@ pub fn armed(point: &str, rank: u32) -> bool {
 
 /// Dies here (SIGKILL) if `OPENIB_FAULT` names `point` for `rank`. A malformed `OPENIB_FAULT`
 /// injects nothing and says so on stderr (once).
+#[cfg(feature = "fault-injection")]
 pub fn point(point: &str, rank: u32) {
     let spec = match crate::config::pairs("OPENIB_FAULT") {
         Ok(spec) => spec,

@@ -18,4 +18,5 @@ pub mod selftest;
 pub mod settings;
 pub mod sim;
 pub mod transport;
+#[cfg(feature = "wire-oracle")]
 pub mod wire_oracle;

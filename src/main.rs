@@ -63,6 +63,14 @@ fn main() {
     }
     let args = Cli::parse();
     init_logging(args.verbose);
+    // OPENIB_FAULT in a build without fault injection is refused, not ignored; `openib config`
+    // still shows (and flags) it.
+    if !matches!(args.cmd, Cmd::Config(_)) {
+        if let Err(e) = openib::fault::check_available() {
+            eprintln!("openib: {e}");
+            std::process::exit(cli::exit::USAGE);
+        }
+    }
     let code = match args.cmd {
         Cmd::Ports(a) => cli::ports::run(&a),
         Cmd::Selftest(a) => cli::selftest::run(&a),

@@ -362,6 +362,7 @@ pub fn run(rt: &dyn Runtime, cfg: &PingConfig) -> Result<PingReport, PingError> 
         results.insert(peer, res);
     }
 
+    #[cfg(feature = "fault-injection")]
     crate::fault::point("in-connect", info.rank);
     // Progress until every planned pair is connected or failed (a peer known dead fails at once).
     let mut conns: BTreeMap<u32, Connection> = BTreeMap::new();

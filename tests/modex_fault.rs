@@ -8,6 +8,8 @@
 //! Timing decides nothing but the hang bound ([`HANG_BOUND`], far above the ~0.1 s a run
 //! takes here).
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "common/victims.rs"]
 mod victims;
 
@@ -37,6 +39,7 @@ fn fixture() -> String {
 fn one_run(point: &str, dead: &[u32], mode: Option<&str>, nodes: u32) -> Duration {
     let ranks: Vec<String> = dead.iter().map(u32::to_string).collect();
     let fault = format!("{point}:{}", ranks.join(","));
+    fault_feature::require("modex_fault");
     let mut c = Command::new(bin());
     for (k, _) in std::env::vars() {
         if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {

@@ -13,6 +13,8 @@
 //! `"failed"` = the victims; the run ends within [`HANG_BOUND`] (a run takes about 0.5 s
 //! here, debug build).
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "common/victims.rs"]
 mod victims;
 
@@ -124,6 +126,7 @@ fn launch(server: &Path, fault: Option<&str>, mode: Option<&str>) -> Outcome {
         }
     }
     if let Some(f) = fault {
+        fault_feature::require("pmix_faults");
         c.env("OPENIB_FAULT", f);
     }
     c.args(["-n", &NP.to_string(), "-t", "60", "--"])

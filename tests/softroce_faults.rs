@@ -11,6 +11,8 @@
 //! Slow in debug under TCG: `#[ignore]`d, and run in release by `scripts/test` (about 8 s a
 //! run here).
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "softroce/harness.rs"]
 mod harness;
 #[path = "common/victims.rs"]
@@ -70,6 +72,7 @@ fn survivors_agree_when_ranks_die_connecting_and_transferring() {
     if harness::skip_guest("softroce_faults") {
         return;
     }
+    fault_feature::require("softroce_faults");
     let b = env!("CARGO_BIN_EXE_openib");
     let mut script = String::new();
     for case in &CASES {

@@ -9,6 +9,8 @@
 //! and by a different choice on each side. The 100,000-message run of issue 6
 //! is too long for CI under TCG; docs/PERFORMANCE.md records it with its command.
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "softroce/harness.rs"]
 mod harness;
 
@@ -19,6 +21,8 @@ fn stress_mixed_sizes_threads_rdma_and_atomics() {
     if harness::skip_guest("softroce_stress") {
         return;
     }
+    // The sections `srq-survive` and `survive`: OPENIB_FAULT=in-transfer.
+    fault_feature::require("softroce_stress");
     let b = env!("CARGO_BIN_EXE_openib");
     let rnr = "cat /sys/class/infiniband/rxe0/ports/1/hw_counters/rcvd_rnr_err /sys/class/infiniband/rxe0/ports/1/hw_counters/send_rnr_err | tr '\\n' ' '";
     let script = format!(

@@ -4,6 +4,8 @@
 //! flight (the shared send budget holds them back); rxe takes the split rendezvous by default.
 //! Timings are printed, never asserted.
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "softroce/harness.rs"]
 mod harness;
 
@@ -16,6 +18,8 @@ fn bench_moves_checked_data_through_both_paths() {
     if harness::skip_guest("softroce_transport") {
         return;
     }
+    // The section `lie`: OPENIB_FAULT=lie-seq.
+    fault_feature::require("softroce_transport");
     let b = env!("CARGO_BIN_EXE_openib");
     let script = format!(
         "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
@@ -141,6 +145,61 @@ fn r_put_ok(v: &Value) -> bool {
         .iter()
         .filter(|r| r["path"] != "eager")
         .all(|r| r["put_bandwidth_mb_s"].as_f64().is_some_and(|b| b > 0.0))
+}
+
+/// Sequence numbers wrap (issue 27): every endpoint's counters start 256 below 2^32
+/// (`OPENIB_SEQ_START`), and `openib stress` (every byte checked by the command: eager,
+/// trains and rendezvous mixed, from two threads, so eager messages are held behind
+/// rendezvous reads across the wrap) and `openib bench` (ping-pong, payload checked) send
+/// well past it. Before the fix the reorder buffer took the first message after a held one
+/// across the wrap for a duplicate and the endpoint failed or stalled.
+#[test]
+fn eager_and_rendezvous_messages_cross_the_sequence_wrap() {
+    if harness::skip_guest("softroce_transport sequence wrap") {
+        return;
+    }
+    let b = env!("CARGO_BIN_EXE_openib");
+    let script = format!(
+        "export OPENIB_SEQ_START=4294967040\n\
+         echo '=== stress'; {b} run -n 2 --timeout 500 -- {b} stress --json --messages 600 --max-size 200000 --threads 2 --puts 5 --atomics 0 --seed 27 2>/tmp/stress.err || {{ echo FAILED; cat /tmp/stress.err; }}\n\
+         echo '=== bench'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 200 --sizes 8,65536 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "900"], &["sh", "-c", &script]);
+    let sec = |n: &str| harness::section(&out, n).unwrap_or_else(|| panic!("no {n}: {out}"));
+    // An endpoint that numbered more than 256 messages (each user message takes one number)
+    // from 2^32 - 256 on: its next number is past the wrap, and it received as many from the
+    // peer (the other side's numbers came through the wrap in order).
+    let crossed = |e: &Value| {
+        let numbered: u64 = ["eager_sent", "trains_sent", "rndv_sent"]
+            .iter()
+            .map(|k| e[k].as_u64().unwrap_or_else(|| panic!("{k}: {e}")))
+            .sum();
+        let next = e["next_seq"].as_u64().unwrap_or_else(|| panic!("{e}"));
+        numbered > 300 && next == (4_294_967_040 + numbered) % (1 << 32) && next < 1 << 20
+    };
+    let stress = sec("stress");
+    assert!(!stress.contains("FAILED"), "stress: {stress}");
+    let lines: Vec<Value> = stress
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("stress ({e}): {l}")))
+        .collect();
+    assert_eq!(lines.len(), 2, "{stress}");
+    for v in &lines {
+        assert_eq!(v["ok"], true, "{v}");
+        assert_eq!(v["received"], 600, "{v}");
+        let ep = &v["endpoints"][0]["stats"];
+        assert!(crossed(ep), "did not cross the wrap: {v}");
+        let next_peer = ep["next_peer_seq"].as_u64().unwrap();
+        assert!((256..1 << 20).contains(&next_peer), "{v}");
+        assert!(ep["rndv_sent"].as_u64().unwrap() > 0, "no rendezvous: {v}");
+        assert!(ep["eager_sent"].as_u64().unwrap() > 0, "no eager: {v}");
+    }
+    let bench = sec("bench");
+    assert!(!bench.contains("FAILED"), "bench: {bench}");
+    let v: Value = serde_json::from_str(&bench).unwrap_or_else(|e| panic!("bench ({e}): {bench}"));
+    assert!(crossed(&v["endpoint"]), "did not cross the wrap: {v}");
 }
 
 /// 30,000 small messages streamed one way with thousands queued at the sender, three times,

@@ -5,6 +5,11 @@
 //! Regenerate the seed corpus (small, checked in) with
 //!     cargo test -p openib --test wire_corpus -- --ignored write_seed_corpus
 
+#[cfg(not(feature = "wire-oracle"))]
+compile_error!(
+    "tests/wire_corpus.rs needs the cargo feature `wire-oracle` (the package's dev-dependency on itself turns it on)"
+);
+
 use openib::wire_oracle::{
     check_fence_msg, check_runtime_msg, check_transport_msg, fence_seeds, runtime_seeds,
     transport_seeds,

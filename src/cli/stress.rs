@@ -326,6 +326,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                 let mut idx: HashMap<u32, u64> = HashMap::new();
                 let mut buf = Vec::new();
                 for k in 0..n {
+                    #[cfg(feature = "fault-injection")]
                     if th == 0 && k == n / 2 {
                         crate::fault::point("in-transfer", me);
                     }

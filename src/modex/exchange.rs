@@ -146,6 +146,7 @@ pub fn exchange(
     let proc_bytes = mine.encode(&node.blob, cfg)?;
     let mut proc_put = 0usize;
     let mut node_put = 0usize;
+    #[cfg(feature = "fault-injection")]
     crate::fault::point("before-put", info.rank);
 
     // This process's node blob for a round whose live ranks are those not in `failed`.
@@ -185,6 +186,7 @@ pub fn exchange(
                 proc_put = bytes_of(KEY_PROC, &proc_bytes);
             }
             rt.commit()?;
+            #[cfg(feature = "fault-injection")]
             crate::fault::point("after-put", info.rank);
             rt.fence(true, timeout)?;
             round = agreed(rt);
@@ -197,6 +199,7 @@ pub fn exchange(
         }
     }
     let collect = mode != ExchangeMode::OnDemand;
+    #[cfg(feature = "fault-injection")]
     let mut first = true;
     loop {
         if leader_of(&local, &round) == Some(info.rank) {
@@ -205,10 +208,14 @@ pub fn exchange(
             node_put = bytes_of(KEY_NODE, &bytes);
         }
         rt.commit()?;
+        #[cfg(feature = "fault-injection")]
         if first && mode != ExchangeMode::Gathered {
             crate::fault::point("after-put", info.rank);
         }
-        first = false;
+        #[cfg(feature = "fault-injection")]
+        {
+            first = false;
+        }
         rt.fence(collect, timeout)?;
         let now = agreed(rt);
         // Done unless a node's leader of this round died before its blob got through.

@@ -761,6 +761,7 @@ impl Client {
             Some(deadline_ms),
         );
         let mut heard: BTreeSet<u32> = BTreeSet::new();
+        #[cfg(feature = "fault-injection")]
         let mut sent_any = false;
         // After the deadline: (root, give up at).
         let mut timed_out: Option<(u32, Instant)> = None;
@@ -793,6 +794,7 @@ impl Client {
                             to,
                             payload: FencePayload::Res(msg).encode(),
                         })?;
+                        #[cfg(feature = "fault-injection")]
                         if !sent_any {
                             sent_any = true;
                             crate::fault::point("in-fence", me);
@@ -978,6 +980,7 @@ impl Client {
                 outs.extend(machine.handle(FenceIn::Msg { from, msg }));
             }
         }
+        #[cfg(feature = "fault-injection")]
         let mut sent_any = false;
         let events = self.events.lock().expect("events");
         loop {
@@ -988,6 +991,7 @@ impl Client {
                             to,
                             payload: msg.encode(),
                         })?;
+                        #[cfg(feature = "fault-injection")]
                         if !sent_any {
                             sent_any = true;
                             crate::fault::point("in-fence", self.info.rank);

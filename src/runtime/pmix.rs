@@ -88,6 +88,7 @@ pub struct PmixRuntime {
     /// fenced over the same list, so every survivor holds the same set.
     agreed: Mutex<Vec<u32>>,
     /// Fences entered so far (the `in-fence` fault point fires in the first).
+    #[cfg(feature = "fault-injection")]
     fences: std::sync::atomic::AtomicU64,
 }
 
@@ -161,6 +162,7 @@ impl PmixRuntime {
             collected: AtomicBool::new(false),
             epochs: Mutex::new(HashMap::new()),
             agreed: Mutex::new(Vec::new()),
+            #[cfg(feature = "fault-injection")]
             fences: std::sync::atomic::AtomicU64::new(0),
         })
     }
@@ -230,13 +232,18 @@ impl PmixRuntime {
             None => (0..self.info.size).collect(),
             Some(r) => r.to_vec(),
         };
-        let rank = self.info.rank;
-        let first = self.fences.fetch_add(1, Ordering::SeqCst) == 0;
-        let issued = || {
-            if first {
-                crate::fault::point("in-fence", rank);
+        #[cfg(feature = "fault-injection")]
+        let issued = {
+            let rank = self.info.rank;
+            let first = self.fences.fetch_add(1, Ordering::SeqCst) == 0;
+            move || {
+                if first {
+                    crate::fault::point("in-fence", rank);
+                }
             }
         };
+        #[cfg(not(feature = "fault-injection"))]
+        let issued = || {};
         match self.client.fence_notify(procs, opts, issued) {
             Ok(()) => {
                 self.collected.store(collect, Ordering::SeqCst);

@@ -4,7 +4,7 @@
 //! simulated peers.
 
 use super::wire::MAX_TRAIN;
-use std::collections::BTreeMap;
+use std::collections::VecDeque;
 
 /// Credit accounting of one endpoint (both directions).
 ///
@@ -72,17 +72,25 @@ impl Credits {
 /// In-order delivery: messages are numbered by the sender; an eager message is complete on
 /// arrival, a rendezvous message when its data has been read. Messages come out in sequence
 /// order, each exactly once, whatever order they complete in.
+///
+/// Sequence numbers are `u32`s that wrap (2^32 - 1 is followed by 0): they are compared only
+/// modulo 2^32, as distances from the next one to deliver (serial-number arithmetic, RFC 1982),
+/// never ordered as plain integers. The messages held are a run of consecutive numbers far
+/// shorter than 2^31 (credits bound it), so a distance names one message.
 #[derive(Debug)]
 pub struct Reorder<T> {
+    /// The sequence number of `slots[0]`: the next message to deliver.
     next: u32,
-    slots: BTreeMap<u32, Option<T>>,
+    /// Messages `next`, `next + 1`, ... (mod 2^32) that arrived and are held: complete
+    /// (`Some`) or waiting for their data.
+    slots: VecDeque<Option<T>>,
 }
 
 impl<T> Default for Reorder<T> {
     fn default() -> Self {
         Reorder {
             next: 0,
-            slots: BTreeMap::new(),
+            slots: VecDeque::new(),
         }
     }
 }
@@ -96,6 +104,15 @@ pub enum ReorderError {
 }
 
 impl<T> Reorder<T> {
+    /// Expecting message `first` next (an endpoint's counters start at
+    /// [`super::TransportConfig::seq_start`]; tests start them just below the wrap).
+    pub fn starting_at(first: u32) -> Self {
+        Reorder {
+            next: first,
+            slots: VecDeque::new(),
+        }
+    }
+
     /// Message `seq` arrived: complete (`Some`) or waiting for its data (`None`).
     /// Arrivals must come in sequence order (one RC queue pair keeps it).
     pub fn arrive(&mut self, seq: u32, item: Option<T>) -> Result<(), ReorderError> {
@@ -106,16 +123,14 @@ impl<T> Reorder<T> {
                 next: expect,
             });
         }
-        self.slots.insert(seq, item);
+        self.slots.push_back(item);
         Ok(())
     }
 
     /// The sequence number the next message to arrive must carry.
     pub fn next_arrival(&self) -> u32 {
-        self.slots
-            .last_key_value()
-            .map(|(k, _)| k.wrapping_add(1))
-            .unwrap_or(self.next)
+        // Held messages are fewer than 2^32: the cast keeps the distance.
+        self.next.wrapping_add(self.slots.len() as u32)
     }
 
     /// Fast path: delivers complete message `seq` at once, without holding it, when nothing is
@@ -131,7 +146,10 @@ impl<T> Reorder<T> {
 
     /// The data of waiting message `seq` is complete.
     pub fn complete(&mut self, seq: u32, item: T) -> Result<(), ReorderError> {
-        match self.slots.get_mut(&seq) {
+        // Its distance from the next to deliver, modulo 2^32: one before `next` is 2^32 - 1,
+        // past every held one.
+        let at = seq.wrapping_sub(self.next) as usize;
+        match self.slots.get_mut(at) {
             Some(s @ None) => {
                 *s = Some(item);
                 Ok(())
@@ -142,11 +160,8 @@ impl<T> Reorder<T> {
 
     /// The next message in order, if it is complete.
     pub fn pop(&mut self) -> Option<T> {
-        let first = self.slots.first_entry()?;
-        if first.get().is_none() || *first.key() != self.next {
-            return None;
-        }
-        let item = first.remove().expect("checked");
+        let item = self.slots.front_mut()?.take()?;
+        self.slots.pop_front();
         self.next = self.next.wrapping_add(1);
         Some(item)
     }
@@ -269,7 +284,6 @@ pub fn fragments(len: u64, fragment: u64) -> impl Iterator<Item = (u64, u64)> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use std::collections::VecDeque;
 
     #[test]
     fn fragments_cover_exactly() {
@@ -323,6 +337,88 @@ mod tests {
         }
     }
 
+    /// Sequence numbers wrap (issue 27): a rendezvous held across 2^32 - 1 -> 0 while eager
+    /// messages arrive behind it, and another one held just after the wrap.
+    #[test]
+    fn reorder_holds_a_rendezvous_across_the_wrap() {
+        let start = u32::MAX - 2;
+        let mut r = Reorder::starting_at(start);
+        assert!(r.pass(start));
+        // u32::MAX - 1: a rendezvous, waiting for its data.
+        r.arrive(u32::MAX - 1, None).unwrap();
+        // u32::MAX, 0, 1: eager, held behind it.
+        for seq in [u32::MAX, 0, 1] {
+            assert!(!r.pass(seq));
+            assert_eq!(r.next_arrival(), seq);
+            r.arrive(seq, Some(seq)).unwrap();
+        }
+        // 2: another rendezvous; 3: eager.
+        r.arrive(2, None).unwrap();
+        r.arrive(3, Some(3)).unwrap();
+        assert_eq!(r.next_arrival(), 4);
+        assert_eq!(r.pop(), None);
+        assert_eq!(r.held(), 6);
+        // A duplicate (or an old number) and a skipped one are refused.
+        assert_eq!(
+            r.arrive(0, Some(0)),
+            Err(ReorderError::Duplicate { got: 0, next: 4 })
+        );
+        assert_eq!(
+            r.arrive(5, Some(5)),
+            Err(ReorderError::Duplicate { got: 5, next: 4 })
+        );
+        // The later rendezvous completes first: nothing moves.
+        r.complete(2, 2).unwrap();
+        assert_eq!(r.pop(), None);
+        assert_eq!(r.complete(2, 2), Err(ReorderError::Unknown(2)));
+        assert_eq!(r.complete(0, 0), Err(ReorderError::Unknown(0)));
+        r.complete(u32::MAX - 1, u32::MAX - 1).unwrap();
+        let out: Vec<u32> = std::iter::from_fn(|| r.pop()).collect();
+        assert_eq!(out, vec![u32::MAX - 1, u32::MAX, 0, 1, 2, 3]);
+        assert_eq!(r.held(), 0);
+        assert!(r.pass(4));
+        assert_eq!(r.next_arrival(), 5);
+    }
+
+    proptest! {
+        /// As `reorder_delivers_in_sequence`, with the counters starting anywhere in the last
+        /// 64 numbers before the wrap: delivery follows the sequence modulo 2^32.
+        #[test]
+        fn reorder_delivers_in_sequence_across_the_wrap(
+            start in (u32::MAX - 63)..=u32::MAX,
+            kinds in proptest::collection::vec(any::<bool>(), 0..130),
+            order in any::<u64>()) {
+            let mut r = Reorder::starting_at(start);
+            let mut out = Vec::new();
+            let mut waiting = Vec::new();
+            let mut rng = order;
+            for (i, eager) in kinds.iter().enumerate() {
+                let seq = start.wrapping_add(i as u32);
+                if *eager && r.pass(seq) {
+                    out.push(seq);
+                    continue;
+                }
+                prop_assert_eq!(r.next_arrival(), seq);
+                r.arrive(seq, eager.then_some(seq)).unwrap();
+                if !eager { waiting.push(seq); }
+                rng = rng.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                if !waiting.is_empty() && rng >> 62 == 0 {
+                    let i = (rng >> 8) as usize % waiting.len();
+                    let s = waiting.swap_remove(i);
+                    r.complete(s, s).unwrap();
+                }
+                while let Some(x) = r.pop() { out.push(x); }
+            }
+            while let Some(s) = waiting.pop() {
+                r.complete(s, s).unwrap();
+                while let Some(x) = r.pop() { out.push(x); }
+            }
+            let want: Vec<u32> = (0..kinds.len() as u32).map(|i| start.wrapping_add(i)).collect();
+            prop_assert_eq!(out, want);
+            prop_assert_eq!(r.held(), 0);
+        }
+    }
+
     #[test]
     fn a_train_is_delivered_whole_with_its_last_piece() {
         let mut a = TrainAssembly::default();
@@ -350,6 +446,17 @@ mod tests {
         assert_eq!(next.as_ptr(), kept);
         a.fragment(4, 9, b"").unwrap();
         assert_eq!(a.finish(4, 9, b"y").unwrap().unwrap(), b"y");
+        // Across the sequence wrap: trains are matched by equality only.
+        a.fragment(u32::MAX, 2, b"last").unwrap();
+        assert_eq!(a.finish(u32::MAX, 2, b"!").unwrap().unwrap(), b"last!");
+        a.fragment(0, 2, b"first").unwrap();
+        assert_eq!(
+            a.fragment(u32::MAX, 2, b"x"),
+            Err(TrainError::Interleaved {
+                open: 0,
+                got: u32::MAX
+            })
+        );
     }
 
     #[test]

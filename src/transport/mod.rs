@@ -381,6 +381,9 @@ pub struct TransportConfig {
     pub signal_every: u32,
     /// How this process takes incoming rendezvous messages (see [`wire`]).
     pub rndv: RndvProtocol,
+    /// The first sequence number of every endpoint, both ways (`OPENIB_SEQ_START`, for tests:
+    /// just below 2^32 makes a short run cross the wrap). Both sides of an endpoint must agree.
+    pub seq_start: u32,
 }
 
 /// How a receiver takes an incoming rendezvous (`OPENIB_RNDV_PROTOCOL`): its choice alone, so
@@ -465,6 +468,8 @@ impl TransportConfig {
     /// malformed or out-of-range value is an error naming the setting.
     pub fn from_env(wireup: PingConfig) -> Result<TransportConfig, TransportError> {
         use crate::config;
+        // OPENIB_FAULT in a build without fault injection: refused by name, not ignored.
+        crate::fault::check_available()?;
         Ok(TransportConfig {
             wireup,
             eager_limit: config::usize("OPENIB_EAGER_LIMIT")?,
@@ -494,6 +499,7 @@ impl TransportConfig {
                     _ => RndvProtocol::Auto { write_percent },
                 }
             },
+            seq_start: config::u32("OPENIB_SEQ_START")?,
         })
     }
 
@@ -985,13 +991,15 @@ struct Endpoint {
     send_mr: Option<MemoryRegion>,
     free_send: Vec<usize>,
     credits: Credits,
+    /// The sequence number of our next message to the peer; wraps (see [`Reorder`]).
     next_seq: u32,
     posted: InFlight,
     next_id: u32,
     pending: VecDeque<Op>,
     /// FINs to send (sequence numbers of finished incoming rendezvous).
     fins: VecDeque<u32>,
-    /// Our rendezvous sends in progress, by sequence.
+    /// Our rendezvous sends in progress, by sequence (looked up by equality only: fewer than
+    /// 2^32 are in flight, so a wrapped number names one).
     outgoing: IdMap<Outgoing>,
     incoming: IdMap<Incoming>,
     /// Incoming rendezvous with fragments left to post (or a CTS to send), in arrival order.
@@ -1012,8 +1020,10 @@ struct Endpoint {
     /// Largest message (header included) sent inline: what the QP granted.
     inline_max: usize,
     /// The sequence number whose immediate header this endpoint misnumbers
-    /// (`OPENIB_FAULT=lie-seq`); `u32::MAX`: none.
-    lie_at_seq: u32,
+    /// (`OPENIB_FAULT=lie-seq`); `None`: none (every `u32` is a valid sequence number). Only
+    /// in a build with fault injection.
+    #[cfg(feature = "fault-injection")]
+    lie_at_seq: Option<u32>,
     /// At least one send request in this many is signaled (`OPENIB_SIGNAL_EVERY`; 1: all).
     signal_every: u32,
     /// Unsignaled messages posted since the last signaled request.
@@ -1059,10 +1069,14 @@ pub struct EndpointStats {
     /// Empty writes that `flush` posted to learn that unsignaled messages completed (nothing
     /// posted after them would have said so).
     pub tails_closed: u64,
+    /// The sequence number our next message to the peer takes (it wraps from 2^32 - 1 to 0).
+    pub next_seq: u32,
+    /// The sequence number the peer's next message must carry.
+    pub next_peer_seq: u32,
 }
 
 impl Endpoint {
-    fn new(sq_budget: Arc<SqBudget>, lie_at_seq: u32, signal_every: u32) -> Endpoint {
+    fn new(sq_budget: Arc<SqBudget>, signal_every: u32, seq_start: u32) -> Endpoint {
         Endpoint {
             state: EndpointState::Idle,
             conn: None,
@@ -1070,7 +1084,7 @@ impl Endpoint {
             send_mr: None,
             free_send: Vec::new(),
             credits: Credits::new(CTL_RESERVE + 1, CTL_RESERVE),
-            next_seq: 0,
+            next_seq: seq_start,
             posted: InFlight::default(),
             next_id: 0,
             pending: VecDeque::new(),
@@ -1080,13 +1094,14 @@ impl Endpoint {
             to_read: VecDeque::new(),
             to_write: VecDeque::new(),
             written: VecDeque::new(),
-            reorder: Reorder::default(),
+            reorder: Reorder::starting_at(seq_start),
             trains: TrainAssembly::default(),
             unposted: Vec::new(),
             stats: EndpointStats::default(),
             sq_budget,
             inline_max: 0,
-            lie_at_seq,
+            #[cfg(feature = "fault-injection")]
+            lie_at_seq: None,
             signal_every,
             unsignaled_run: 0,
         }
@@ -1207,13 +1222,9 @@ impl Endpoint {
         let imm = match kind {
             Kind::Eager if !payload.is_empty() => {
                 // OPENIB_FAULT=lie-seq: one wrong sequence byte, for the peer's check to catch.
-                let told = seq ^ u32::from(seq == self.lie_at_seq);
-                ImmHeader::fitting(
-                    tag,
-                    self.credits.to_return,
-                    self.credits.ctl_to_return,
-                    told,
-                )
+                #[cfg(feature = "fault-injection")]
+                let seq = seq ^ u32::from(Some(seq) == self.lie_at_seq);
+                ImmHeader::fitting(tag, self.credits.to_return, self.credits.ctl_to_return, seq)
             }
             _ => None,
         };
@@ -1500,19 +1511,17 @@ impl Transport {
         );
         cfg.rndv = rndv;
         let sq_budget = Arc::new(SqBudget::new(cfg.cq_depth));
-        let lie_at_seq = if crate::fault::armed("lie-seq", rt.info().rank) {
-            crate::fault::LIE_SEQ
-        } else {
-            u32::MAX
-        };
+        #[cfg(feature = "fault-injection")]
+        let lie_at_seq =
+            crate::fault::armed("lie-seq", rt.info().rank).then_some(crate::fault::LIE_SEQ);
         let eps = w
             .plans
             .keys()
             .map(|&p| {
-                (
-                    p,
-                    Endpoint::new(sq_budget.clone(), lie_at_seq, cfg.signal_every),
-                )
+                let ep = Endpoint::new(sq_budget.clone(), cfg.signal_every, cfg.seq_start);
+                #[cfg(feature = "fault-injection")]
+                let ep = Endpoint { lie_at_seq, ..ep };
+                (p, ep)
             })
             .collect();
         let preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>> = Default::default();
@@ -1730,7 +1739,11 @@ impl Transport {
     }
 
     pub fn endpoint_stats(&self, peer: u32) -> Option<EndpointStats> {
-        self.eps.get(&peer).map(|e| e.stats)
+        self.eps.get(&peer).map(|e| EndpointStats {
+            next_seq: e.next_seq,
+            next_peer_seq: e.reorder.next_arrival(),
+            ..e.stats
+        })
     }
 
     /// The flow-control counters of an endpoint, for diagnostics.

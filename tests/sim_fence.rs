@@ -1,7 +1,8 @@
 //! The resilient fence in the deterministic simulator (issue 7): property-style loops over
 //! seeds and sizes, and the named failure cases (root, leaves, whole subtrees, during the
-//! agreement). Every run must terminate with every survivor holding the same failed set and
-//! the same data (exactly the non-failed members' contributions).
+//! agreement, right after deciding). Every run must terminate with every survivor holding the
+//! same failed set and the same data (exactly the non-failed members' contributions), and
+//! every process that decided and then died holding that same decision (uniform agreement).
 
 use openib::sim::{run, Rng, SimConfig, SimReport, When};
 
@@ -18,9 +19,10 @@ fn cfg(procs: u32, failures: Vec<(u32, When)>, seed: u64) -> SimConfig {
 fn check(r: &SimReport) {
     assert!(
         r.agreed,
-        "p={} seed={} dead={:?}: {:?}",
-        r.p, r.seed, r.dead, r.problems
+        "p={} seed={} dead={:?} decided then died {:?}: {:?}",
+        r.p, r.seed, r.dead, r.decided_then_died, r.problems
     );
+    assert!(r.decided_then_died.iter().all(|d| r.dead.contains(d)));
     assert_eq!(r.survivors as usize, r.p as usize - r.dead.len());
     assert!(r.failed.iter().all(|f| r.dead.contains(f)));
 }
@@ -51,8 +53,74 @@ fn random_failures_always_agree() {
         let f = rng.below((p as u64).min(12)) as u32;
         let mut c = SimConfig::random(p, f, seed);
         c.max_detect_delay = rng.below(6);
+        after_deciding(&mut c, &mut rng);
         check(&run(&c));
     }
+}
+
+/// Makes about a third of `c`'s victims die 0 to 2 rounds after they decide instead.
+fn after_deciding(c: &mut SimConfig, rng: &mut Rng) {
+    for x in c.failures.iter_mut() {
+        if rng.below(3) == 0 {
+            x.1 = When::AfterDecide(rng.below(3));
+        }
+    }
+}
+
+/// Uniform agreement: processes that die right after deciding (in the same round, their
+/// commits half sent, or 1 to 2 rounds later), roots among them, and often every process that
+/// had the decision, decided what the survivors decide. Removing the Paxos re-propose rule
+/// (a new root re-proposes the highest accepted proposal) fails this test.
+#[test]
+fn processes_that_die_right_after_deciding_decided_the_same() {
+    let (mut runs, mut hit, mut root_hit) = (0u32, 0u32, 0u32);
+    for p in [2u32, 3, 4, 5, 8, 16, 33, 64] {
+        for k in [0u64, 1, 2] {
+            for seed in 0..16u64 {
+                let mut rng = Rng::new(seed.wrapping_mul(0x9e37) ^ (u64::from(p) << 8) ^ k);
+                let mut failures = vec![(0u32, When::AfterDecide(k))];
+                match seed % 4 {
+                    // The first root alone.
+                    0 => {}
+                    // Whoever gets a commit first dies with it (the decision may live only
+                    // among the dead).
+                    1 => failures.extend((1..p - 1).map(|r| (r, When::OnFirst("commit")))),
+                    // The first root dies before deciding, the second right after.
+                    2 if p > 2 => {
+                        failures[0].1 = When::OnFirst("ack");
+                        failures.push((1, When::AfterDecide(k)));
+                    }
+                    // Random others, right after deciding or on their first commit.
+                    _ => {
+                        for r in 1..p - 1 {
+                            match rng.below(3) {
+                                0 => failures.push((r, When::AfterDecide(rng.below(3)))),
+                                1 => failures.push((r, When::OnFirst("commit"))),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                let mut c = cfg(p, failures, seed);
+                c.max_detect_delay = rng.below(4);
+                let r = run(&c);
+                check(&r);
+                runs += 1;
+                hit += u32::from(!r.decided_then_died.is_empty());
+                root_hit += u32::from(r.decided_then_died.first() == Some(&0));
+            }
+        }
+    }
+    // The case is hit, roots included (a run where no process decides before dying checks
+    // nothing new).
+    assert!(
+        hit * 10 >= runs * 9,
+        "{hit} of {runs} runs had a decided process die"
+    );
+    assert!(
+        root_hit * 2 >= runs,
+        "{root_hit} of {runs} runs had the root die decided"
+    );
 }
 
 #[test]
@@ -253,6 +321,9 @@ fn stress() {
         let f = rng.below(p as u64) as u32;
         let mut c = SimConfig::random(p, f, seed);
         c.max_detect_delay = rng.below(10);
+        if seed % 3 == 1 {
+            after_deciding(&mut c, &mut rng);
+        }
         if seed % 3 == 0 {
             // Kill the first roots during the agreement.
             let kinds = ["up", "propose", "ack", "commit"];

@@ -3,10 +3,13 @@
 //! Up to thousands of virtual processes run their state machines in one process. Time moves
 //! in rounds: every message sent in round `t` is delivered in round `t + 1` (in an order
 //! shuffled by the seeded RNG). Processes fail-stop: a process dies before the call, at a given
-//! round, or on its first message of a kind (`propose`: during the agreement; `commit`: while
-//! the decision spreads). In the round it dies it handles its inputs and then only a random
-//! prefix of what it sends leaves (it dies mid-broadcast); it never sends again. Messages it
-//! sent before dying are still delivered. The failure detector is perfect: every live process
+//! round, on its first message of a kind (`propose`: during the agreement; `commit`: while
+//! the decision spreads), or a given number of rounds after it decided (0: in the very round,
+//! mid-way through sending its commits). In the round it dies it handles its inputs and then
+//! only a random prefix of what it sends leaves (it dies mid-broadcast); it never sends again.
+//! Messages it sent before dying are still delivered. A decision is made when the machine emits
+//! `Done`, so a process that decided and then died keeps its decision: the judge checks
+//! *uniform* agreement, every decision of every process, dead or alive, the same. The failure detector is perfect: every live process
 //! learns of a death 1 to `1 + max_detect_delay` rounds after it (random per observer), and
 //! nobody is reported dead while alive. A death before the call is known at the start to the
 //! observers whose delay came out 0.
@@ -53,6 +56,10 @@ pub enum When {
     AtRound(u64),
     /// On its first received message of this kind ("up", "propose", "ack", "commit").
     OnFirst(&'static str),
+    /// This many rounds after the round in which it decided (0: in that round, after a random
+    /// prefix of its sends; a root then dies with its commits half sent). Never, if it does
+    /// not decide.
+    AfterDecide(u64),
 }
 
 /// A simulation to run.
@@ -116,13 +123,16 @@ pub struct SimReport {
     pub messages: u64,
     pub by_kind: BTreeMap<String, u64>,
     pub survivors: u32,
-    /// Every survivor decided, all decisions equal, the failed set only names dead processes,
-    /// and the data is exactly every non-failed member's contribution.
+    /// Every survivor decided, all decisions equal (uniform agreement: those of processes that
+    /// decided and then died included), the failed set only names dead processes, and the
+    /// data is exactly every non-failed member's contribution.
     pub agreed: bool,
     /// The agreed failed set (of the lowest survivor).
     pub failed: Vec<u32>,
     /// Who actually died.
     pub dead: Vec<u32>,
+    /// The dead that had decided before they died (their decisions are judged too).
+    pub decided_then_died: Vec<u32>,
     /// Why not agreed (empty when agreed).
     pub problems: Vec<String>,
 }
@@ -141,7 +151,28 @@ struct Proc {
     alive: bool,
     die_at: Option<u64>,
     die_on: Option<&'static str>,
+    /// [`When::AfterDecide`].
+    die_after_decide: Option<u64>,
+    /// Its decision (kept when it dies afterwards).
     done: Option<(Arc<Gathered>, Arc<Vec<u32>>)>,
+}
+
+/// Whether `pr` dies in round `t` because it has [`When::AfterDecide`] and `outs` (its outputs
+/// of round `t`) hold its decision: at once for 0 rounds, else it is scheduled.
+fn dies_on_deciding(pr: &mut Proc, outs: &[ResOut], t: u64) -> bool {
+    let Some(k) = pr.die_after_decide else {
+        return false;
+    };
+    if !outs.iter().any(|o| matches!(o, ResOut::Done { .. })) {
+        return false;
+    }
+    pr.die_after_decide = None;
+    if k == 0 {
+        true
+    } else {
+        pr.die_at = Some(t + k);
+        false
+    }
 }
 
 /// Runs one simulated fence.
@@ -156,6 +187,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             alive: true,
             die_at: None,
             die_on: None,
+            die_after_decide: None,
             done: None,
         })
         .collect();
@@ -168,6 +200,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             When::Before => before.push(r),
             When::AtRound(t) => procs[r as usize].die_at = Some(t),
             When::OnFirst(k) => procs[r as usize].die_on = Some(k),
+            When::AfterDecide(k) => procs[r as usize].die_after_decide = Some(k),
         }
     }
     let mut dead = BTreeSet::new();
@@ -203,7 +236,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let mut by_kind: BTreeMap<String, u64> = BTreeMap::new();
     let mut queue: Vec<(u32, u32, ResMsg)> = Vec::new();
     let mut last_done = 0u64;
-    // Handles outputs of `me` in round `t`; returns whether it must die now.
+    // Handles outputs of `me` in round `t`: records a decision (also of a process dying in this
+    // round: it decided before it died) and sends all, or if `dying` a random prefix, of its
+    // messages.
     let mut emit = |me: u32,
                     outs: Vec<ResOut>,
                     dying: bool,
@@ -216,8 +251,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             match o {
                 ResOut::Send { to, msg } => sends.push((to, msg)),
                 ResOut::Done { data, failed } => {
+                    procs[me as usize].done = Some((data, failed));
                     if !dying {
-                        procs[me as usize].done = Some((data, failed));
                         last_done = last_done.max(t);
                     }
                 }
@@ -250,7 +285,8 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             None,
         );
         procs[r as usize].machine = Some(m);
-        let dying = procs[r as usize].die_at == Some(0);
+        let dying = procs[r as usize].die_at == Some(0)
+            || dies_on_deciding(&mut procs[r as usize], &outs, 0);
         emit(r, outs, dying, &mut rng, &mut queue, &mut procs, 0);
         if dying {
             dying_now.push(r);
@@ -265,7 +301,6 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         let pr = &mut procs[r as usize];
         pr.alive = false;
         pr.machine = None;
-        pr.done = None;
         dead.insert(r);
         schedule(rng, notices, procs, r, t);
     };
@@ -327,6 +362,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             for i in ins {
                 outs.extend(m.handle(i));
             }
+            let dying = dying || dies_on_deciding(pr, &outs, t);
             emit(r, outs, dying, &mut rng, &mut queue, &mut procs, t);
             if dying {
                 dying_now.push(r);
@@ -342,23 +378,38 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         problems.push(format!("no progress (stopped at round {t})"));
     }
     let survivors: Vec<u32> = (0..p).filter(|&r| procs[r as usize].alive).collect();
-    let mut reference: Option<(Arc<Gathered>, Arc<Vec<u32>>)> = None;
+    let decided_then_died: Vec<u32> = (0..p)
+        .filter(|&r| !procs[r as usize].alive && procs[r as usize].done.is_some())
+        .collect();
     for &r in &survivors {
-        match &procs[r as usize].done {
-            None => problems.push(format!("rank {r} did not decide")),
-            Some(d) => match &reference {
-                None => reference = Some(d.clone()),
-                Some(refd) => {
-                    if refd.1 != d.1 {
-                        problems.push(format!(
-                            "rank {r} failed set {:?} differs from {:?}",
-                            d.1, refd.1
-                        ));
-                    } else if refd.0 != d.0 {
-                        problems.push(format!("rank {r} data differs"));
-                    }
+        if procs[r as usize].done.is_none() {
+            problems.push(format!("rank {r} did not decide"));
+        }
+    }
+    // Uniform agreement: every decision made, by survivors (first) and by processes that
+    // decided and then died, equals the first one.
+    let mut reference: Option<(Arc<Gathered>, Arc<Vec<u32>>)> = None;
+    for &r in survivors.iter().chain(&decided_then_died) {
+        let Some(d) = &procs[r as usize].done else {
+            continue;
+        };
+        let who = if procs[r as usize].alive {
+            format!("rank {r}")
+        } else {
+            format!("rank {r} (decided, then died)")
+        };
+        match &reference {
+            None => reference = Some(d.clone()),
+            Some(refd) => {
+                if refd.1 != d.1 {
+                    problems.push(format!(
+                        "{who}: failed set {:?} differs from {:?}",
+                        d.1, refd.1
+                    ));
+                } else if refd.0 != d.0 {
+                    problems.push(format!("{who}: data differs"));
                 }
-            },
+            }
         }
     }
     let failed = reference.as_ref().map(|d| d.1.to_vec()).unwrap_or_default();
@@ -390,6 +441,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
         agreed: problems.is_empty(),
         failed,
         dead: dead.into_iter().collect(),
+        decided_then_died,
         problems,
     }
 }
@@ -417,6 +469,25 @@ mod tests {
             (a.rounds, a.messages, a.failed),
             (b.rounds, b.messages, b.failed)
         );
+    }
+
+    #[test]
+    fn a_root_that_decides_and_dies_keeps_its_decision() {
+        for seed in 0..8 {
+            let c = SimConfig {
+                procs: 2,
+                failures: vec![(0, When::AfterDecide(0))],
+                seed,
+                max_detect_delay: 2,
+                max_rounds: 1000,
+            };
+            let r = run(&c);
+            assert!(r.agreed, "{r:?}");
+            assert_eq!(r.dead, vec![0]);
+            assert_eq!(r.decided_then_died, vec![0], "{r:?}");
+            // Rank 1 re-proposed rank 0's decision: 0 is not named failed by this fence.
+            assert!(r.failed.is_empty(), "{r:?}");
+        }
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Fail-stop ranks during the modex exchange under a PMIx server that delivers process
 //! termination events (issue 7). Debian's mpirun 4.1.4 delivers none and there is no PRRTE, so
 //! the server is tests/pmix_server/pmix_test_server.c (libpmix's server API), compiled here
-//! with `cc` into the target directory; without cc or libpmix-dev the tests are skipped with a
-//! note.
+//! with `cc` into the target directory. Without cc or libpmix-dev the tests fail under CI and
+//! are skipped with a `SKIPPED:` line elsewhere (tests/common/prereq.rs); a server that does
+//! not compile fails them everywhere.
 //!
 //! Each case: `pmix_test_server -n 8 -- openib modex exchange --json` with
 //! `OPENIB_FAULT=<point>:<victims>`, one or two victims, 20 runs (the victims rotate, rank 0
@@ -15,8 +16,12 @@
 
 #[path = "common/fault_feature.rs"]
 mod fault_feature;
+#[path = "common/prereq.rs"]
+mod prereq;
 #[path = "common/victims.rs"]
 mod victims;
+
+use prereq::Unmet;
 
 use serde_json::Value;
 use std::collections::BTreeSet;
@@ -46,47 +51,68 @@ fn fixture() -> String {
     )
 }
 
-/// Compiles the test server once into `<target>/pmix_test_server`; `None` (with the reason
-/// printed) when cc or libpmix-dev is missing.
+/// Compiles the test server once into `<target>/pmix_test_server` with `$CC` (default `cc`)
+/// and `pkg-config pmix`. No compiler or no libpmix-dev is a missing prerequisite (a failure
+/// under CI, a loud skip elsewhere: tests/common/prereq.rs); a server that does not compile is
+/// always a failure, with the compiler's output.
 fn server() -> Option<&'static Path> {
-    static SERVER: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static SERVER: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
     let built = SERVER.get_or_init(|| {
         let flags = Command::new("pkg-config")
             .args(["--cflags", "--libs", "pmix"])
             .output()
-            .map_err(|e| format!("pkg-config: {e}"))?;
+            .map_err(|e| {
+                Unmet::Missing(format!(
+                    "cannot run pkg-config ({e}) to find libpmix-dev; scripts/setup installs both"
+                ))
+            })?;
         if !flags.status.success() {
-            return Err("pkg-config finds no pmix (libpmix-dev missing)".into());
+            return Err(Unmet::Missing(format!(
+                "`pkg-config --cflags --libs pmix` failed (libpmix-dev missing? scripts/setup \
+                 installs it): {}",
+                String::from_utf8_lossy(&flags.stderr)
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )));
         }
         let flags = String::from_utf8_lossy(&flags.stdout).to_string();
-        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let exe = std::env::current_exe()
+            .map_err(|e| Unmet::Broken(format!("test executable path: {e}")))?;
         // <target>/<profile>/deps/pmix_faults-<hash>
         let target = exe
             .ancestors()
             .nth(3)
-            .ok_or("no target directory")?
+            .ok_or_else(|| Unmet::Broken("no target directory".into()))?
             .to_path_buf();
         let out = target.join("pmix_test_server");
         let src =
             Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pmix_server/pmix_test_server.c");
-        let status = Command::new("cc")
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let o = Command::new(&cc)
             .args(["-O1", "-Wall", "-o"])
             .arg(&out)
             .arg(&src)
             .args(flags.split_whitespace())
-            .status()
-            .map_err(|e| format!("cc: {e}"))?;
-        if !status.success() {
-            return Err(format!("cc {} failed: {status}", src.display()));
+            .output()
+            .map_err(|e| {
+                Unmet::Missing(format!(
+                    "cannot run the C compiler `{cc}` ({e}); scripts/setup installs it"
+                ))
+            })?;
+        if !o.status.success() {
+            return Err(Unmet::Broken(format!(
+                "the PMIx test server does not compile: `{cc} {}` failed ({}):\n{}",
+                src.display(),
+                o.status,
+                String::from_utf8_lossy(&o.stderr)
+            )));
         }
         Ok(out)
     });
     match built {
         Ok(p) => Some(p.as_path()),
-        Err(why) => {
-            eprintln!("skipped: cannot build the PMIx test server: {why}");
-            None
-        }
+        Err(e) => prereq::require::<()>(Err(e.clone())).and(None),
     }
 }
 
@@ -366,4 +392,60 @@ fn server_announces_a_death_and_fails_fences_naming_it() {
         assert_eq!(l["after_kill_fence"], "Ok", "{ctx}");
     }
     assert!(took < HANG_BOUND, "{ctx}");
+}
+
+/// The prerequisite rule (tests/common/prereq.rs), on this file's own test run as a child
+/// process: no C compiler fails it under CI and skips it with a `SKIPPED:` line elsewhere; a
+/// compiler that fails (as on a compile error in tests/pmix_server/) fails it either way.
+#[test]
+fn a_missing_or_failing_compiler_never_passes_silently() {
+    let pc = Command::new("pkg-config")
+        .args(["--exists", "pmix"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !prereq::have(
+        pc,
+        "pkg-config finds no pmix (scripts/setup installs libpmix-dev)",
+    ) {
+        return;
+    }
+    let child = |ci: bool, cc: &str| {
+        let mut c = Command::new(std::env::current_exe().expect("test executable path"));
+        c.args(["--exact", "no_failure_exchanges_every_rank"])
+            .env("CC", cc)
+            .env("RUST_BACKTRACE", "0");
+        if ci {
+            c.env("CI", "true");
+        } else {
+            c.env_remove("CI");
+        }
+        let o = c.output().expect("run this test binary");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        (o.status.success(), text)
+    };
+    let (ok, text) = child(true, "/nonexistent/cc");
+    assert!(!ok, "CI, no compiler: must fail\n{text}");
+    assert!(
+        text.contains("prerequisite missing for no_failure_exchanges_every_rank: cannot run the C compiler `/nonexistent/cc`"),
+        "{text}"
+    );
+    let (ok, text) = child(false, "/nonexistent/cc");
+    assert!(ok, "no CI, no compiler: a skip\n{text}");
+    assert!(
+        text.contains("SKIPPED: no_failure_exchanges_every_rank: cannot run the C compiler"),
+        "{text}"
+    );
+    // `false` runs and exits 1: what a compile error looks like.
+    for ci in [false, true] {
+        let (ok, text) = child(ci, "false");
+        assert!(!ok, "CI {ci}, compile error: must fail\n{text}");
+        assert!(
+            text.contains("the PMIx test server does not compile"),
+            "{text}"
+        );
+    }
 }

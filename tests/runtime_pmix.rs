@@ -3,7 +3,11 @@
 //!
 //! Each mpirun case checks, on every rank: the blob of every peer, the job size, the node (all
 //! ranks on this host), local peers and local rank, and the timing bound of the failure cases.
-//! Without mpirun or libpmix on the machine, the cases that need them are skipped (with a note).
+//! Without mpirun or libpmix on the machine, the cases that need them fail under CI and are
+//! skipped with a `SKIPPED:` line on stderr elsewhere (tests/common/prereq.rs).
+
+#[path = "common/prereq.rs"]
+mod prereq;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -63,10 +67,11 @@ fn have_libpmix() -> bool {
             .is_ok_and(|s| s.success())
 }
 
+/// Returns from the test when `$cond` is false: a failure under CI, a `SKIPPED:` line on
+/// stderr elsewhere (tests/common/prereq.rs).
 macro_rules! require {
     ($cond:expr, $why:expr) => {
-        if !$cond {
-            eprintln!("skipped: {}", $why);
+        if !prereq::have($cond, $why) {
             return;
         }
     };
@@ -206,7 +211,10 @@ fn check_job(r: &Run, np: u32) -> Vec<Value> {
 
 #[test]
 fn mpirun_np8_collecting_fence() {
-    require!(have("mpirun"), "mpirun not installed");
+    require!(
+        have("mpirun"),
+        "mpirun is not installed (scripts/setup installs openmpi-bin)"
+    );
     let r = run(
         mpirun(
             8,
@@ -241,7 +249,10 @@ fn mpirun_np8_collecting_fence() {
 
 #[test]
 fn mpirun_np8_on_demand() {
-    require!(have("mpirun"), "mpirun not installed");
+    require!(
+        have("mpirun"),
+        "mpirun is not installed (scripts/setup installs openmpi-bin)"
+    );
     let r = run(
         mpirun(8, &["--mode", "ondemand", "--missing-timeout", "1"]),
         Duration::from_secs(60),
@@ -264,7 +275,10 @@ fn mpirun_np8_on_demand() {
 
 #[test]
 fn mpirun_fence_timeout_names_the_absent_rank() {
-    require!(have("mpirun"), "mpirun not installed");
+    require!(
+        have("mpirun"),
+        "mpirun is not installed (scripts/setup installs openmpi-bin)"
+    );
     let r = run(
         mpirun(4, &["--absent", "2", "--fence-timeout", "2"]),
         Duration::from_secs(60),
@@ -293,7 +307,10 @@ fn mpirun_fence_timeout_names_the_absent_rank() {
 
 #[test]
 fn pmix_singleton_is_a_job_of_one() {
-    require!(have_libpmix(), "libpmix.so.2 not installed");
+    require!(
+        have_libpmix(),
+        "libpmix.so.2 is not installed (scripts/setup installs libpmix2)"
+    );
     let mut cmd = Command::new(probe());
     cmd.args(["--missing-timeout", "2", "--subset", "--iters", "3"])
         .env_remove("PMIX_NAMESPACE")
@@ -338,7 +355,10 @@ fn missing_libpmix_is_explained() {
 /// exactly rank 2 and a later fence or get reports it.
 #[test]
 fn mpirun_sigkilled_rank_and_failed() {
-    require!(have("mpirun"), "mpirun not installed");
+    require!(
+        have("mpirun"),
+        "mpirun is not installed (scripts/setup installs openmpi-bin)"
+    );
     let mut cmd = mpirun(3, &["--kill", "2", "--kill-wait", "10"]);
     // mpirun's own option must come before the program: rebuild the command with it.
     let args: Vec<_> = cmd.get_args().map(|a| a.to_owned()).collect();

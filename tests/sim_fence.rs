@@ -1,7 +1,8 @@
 //! The resilient fence in the deterministic simulator (issue 7): property-style loops over
 //! seeds and sizes, and the named failure cases (root, leaves, whole subtrees, during the
-//! agreement). Every run must terminate with every survivor holding the same failed set and
-//! the same data (exactly the non-failed members' contributions).
+//! agreement, right after deciding). Every run must terminate with every survivor holding the
+//! same failed set and the same data (exactly the non-failed members' contributions), and
+//! every process that decided and then died holding that same decision (uniform agreement).
 
 use openib::sim::{run, Rng, SimConfig, SimReport, When};
 
@@ -18,9 +19,10 @@ fn cfg(procs: u32, failures: Vec<(u32, When)>, seed: u64) -> SimConfig {
 fn check(r: &SimReport) {
     assert!(
         r.agreed,
-        "p={} seed={} dead={:?}: {:?}",
-        r.p, r.seed, r.dead, r.problems
+        "p={} seed={} dead={:?} decided then died {:?}: {:?}",
+        r.p, r.seed, r.dead, r.decided_then_died, r.problems
     );
+    assert!(r.decided_then_died.iter().all(|d| r.dead.contains(d)));
     assert_eq!(r.survivors as usize, r.p as usize - r.dead.len());
     assert!(r.failed.iter().all(|f| r.dead.contains(f)));
 }
@@ -51,8 +53,74 @@ fn random_failures_always_agree() {
         let f = rng.below((p as u64).min(12)) as u32;
         let mut c = SimConfig::random(p, f, seed);
         c.max_detect_delay = rng.below(6);
+        after_deciding(&mut c, &mut rng);
         check(&run(&c));
     }
+}
+
+/// Makes about a third of `c`'s victims die 0 to 2 rounds after they decide instead.
+fn after_deciding(c: &mut SimConfig, rng: &mut Rng) {
+    for x in c.failures.iter_mut() {
+        if rng.below(3) == 0 {
+            x.1 = When::AfterDecide(rng.below(3));
+        }
+    }
+}
+
+/// Uniform agreement: processes that die right after deciding (in the same round, their
+/// commits half sent, or 1 to 2 rounds later), roots among them, and often every process that
+/// had the decision, decided what the survivors decide. Removing the Paxos re-propose rule
+/// (a new root re-proposes the highest accepted proposal) fails this test.
+#[test]
+fn processes_that_die_right_after_deciding_decided_the_same() {
+    let (mut runs, mut hit, mut root_hit) = (0u32, 0u32, 0u32);
+    for p in [2u32, 3, 4, 5, 8, 16, 33, 64] {
+        for k in [0u64, 1, 2] {
+            for seed in 0..16u64 {
+                let mut rng = Rng::new(seed.wrapping_mul(0x9e37) ^ (u64::from(p) << 8) ^ k);
+                let mut failures = vec![(0u32, When::AfterDecide(k))];
+                match seed % 4 {
+                    // The first root alone.
+                    0 => {}
+                    // Whoever gets a commit first dies with it (the decision may live only
+                    // among the dead).
+                    1 => failures.extend((1..p - 1).map(|r| (r, When::OnFirst("commit")))),
+                    // The first root dies before deciding, the second right after.
+                    2 if p > 2 => {
+                        failures[0].1 = When::OnFirst("ack");
+                        failures.push((1, When::AfterDecide(k)));
+                    }
+                    // Random others, right after deciding or on their first commit.
+                    _ => {
+                        for r in 1..p - 1 {
+                            match rng.below(3) {
+                                0 => failures.push((r, When::AfterDecide(rng.below(3)))),
+                                1 => failures.push((r, When::OnFirst("commit"))),
+                                _ => {}
+                            }
+                        }
+                    }
+                }
+                let mut c = cfg(p, failures, seed);
+                c.max_detect_delay = rng.below(4);
+                let r = run(&c);
+                check(&r);
+                runs += 1;
+                hit += u32::from(!r.decided_then_died.is_empty());
+                root_hit += u32::from(r.decided_then_died.first() == Some(&0));
+            }
+        }
+    }
+    // The case is hit, roots included (a run where no process decides before dying checks
+    // nothing new).
+    assert!(
+        hit * 10 >= runs * 9,
+        "{hit} of {runs} runs had a decided process die"
+    );
+    assert!(
+        root_hit * 2 >= runs,
+        "{root_hit} of {runs} runs had the root die decided"
+    );
 }
 
 #[test]
@@ -166,14 +234,34 @@ fn all_but_one_die() {
     }
 }
 
-/// The table of docs/PERFORMANCE.md ("Resilient fence"):
+/// The tables of docs/PERFORMANCE.md ("Resilient fence"), and the bounds docs/RUNTIME.md and
+/// that section claim for them, asserted on every row (counts only, no timings):
 /// `cargo test --release --test sim_fence -- --ignored --nocapture measure`.
+///
+/// - every run agrees (uniformly: [`check`]);
+/// - no failure: exactly `4 ceil(log2 p)` rounds and `4 (p - 1)` messages;
+/// - f = 1, 2 random failures: a failure away from the root is a local repair, a dead root
+///   "a new gather and agreement (about 2 log2 p more rounds and up to 2p more messages)":
+///   max rounds <= `4L + f (2L + D)` (D = the detection delay, at most 4 rounds here), mean
+///   messages <= `4 (p - 1) + f 2p`;
+/// - f = p/100, p/10: "about twice the failure-free rounds and messages, not f times": mean
+///   rounds and messages at most 2.5 times the failure-free ones, max rounds at most 3 times;
+/// - k roots dying in turn, each on its first ack: "each costs a detection delay plus one more
+///   gather and agreement": rounds <= `4L + k (2L + D)`, messages <= `4 (p - 1) + k 4p` (a
+///   gather and agreement is at most four messages per process). (PERFORMANCE.md's "up to 2p
+///   more messages" for one dead root does not hold for k = 1 at p = 256, 622 more = 2.4p,
+///   so it is not asserted.)
 #[test]
 #[ignore]
 fn measure() {
+    // Detection takes 1 to 1 + max_detect_delay rounds.
+    let d = SimConfig::random(2, 0, 0).max_detect_delay + 1;
     println!("| p | f | rounds (min / mean / max) | messages (mean) | messages / p | agreed |");
     println!("|---|---|---|---|---|---|");
     for p in [16u32, 64, 256, 1024, 4096] {
+        let l = log2_ceil(p);
+        let base_rounds = 4 * l;
+        let base_msgs = 4 * (u64::from(p) - 1);
         let mut fs = vec![0, 1, 2, p / 100, p / 10];
         fs.dedup();
         let mut seen = Vec::new();
@@ -186,6 +274,7 @@ fn measure() {
             let (mut lo, mut hi, mut sum, mut msgs, mut ok) = (u64::MAX, 0, 0, 0, 0);
             for seed in 0..seeds {
                 let r = run(&SimConfig::random(p, f, seed));
+                check(&r);
                 lo = lo.min(r.rounds);
                 hi = hi.max(r.rounds);
                 sum += r.rounds;
@@ -198,6 +287,25 @@ fn measure() {
                 msgs as f64 / seeds as f64,
                 msgs as f64 / seeds as f64 / p as f64
             );
+            let row = format!("p={p} f={f}: rounds {lo}..{hi}, sum {sum}, messages sum {msgs}");
+            assert_eq!(ok, seeds, "{row}");
+            let (f64_, p64) = (u64::from(f), u64::from(p));
+            match f {
+                0 => {
+                    assert_eq!((lo, hi), (base_rounds, base_rounds), "{row}");
+                    assert_eq!(msgs, seeds * base_msgs, "{row}");
+                }
+                1 | 2 => {
+                    assert!(hi <= base_rounds + f64_ * (2 * l + d), "{row}");
+                    assert!(msgs <= seeds * (base_msgs + f64_ * 2 * p64), "{row}");
+                }
+                _ => {
+                    // Mean <= 2.5x: sum * 2 <= seeds * base * 5.
+                    assert!(2 * sum <= 5 * seeds * base_rounds, "{row}");
+                    assert!(2 * msgs <= 5 * seeds * base_msgs, "{row}");
+                    assert!(hi <= 3 * base_rounds, "{row}");
+                }
+            }
         }
     }
     // Adversarial: the first k roots each die on the first ack they get (the end of the
@@ -206,6 +314,7 @@ fn measure() {
     println!("| p | roots killed in turn | rounds | messages | messages / p | agreed |");
     println!("|---|---|---|---|---|---|");
     for p in [256u32, 4096] {
+        let (l, p64) = (log2_ceil(p), u64::from(p));
         for k in [1u32, 2, 8, 32] {
             let failures = (0..k).map(|r| (r, When::OnFirst("ack"))).collect();
             let r = run(&cfg(p, failures, 1));
@@ -216,6 +325,12 @@ fn measure() {
                 r.messages as f64 / p as f64,
                 r.agreed
             );
+            check(&r);
+            let k = u64::from(k);
+            let row = format!("p={p} k={k}: {} rounds, {} messages", r.rounds, r.messages);
+            assert_eq!(r.dead.len() as u64, k, "every root in turn died: {row}");
+            assert!(r.rounds <= 4 * l + k * (2 * l + d), "{row}");
+            assert!(r.messages <= 4 * (p64 - 1) + k * 4 * p64, "{row}");
         }
     }
 }
@@ -253,6 +368,9 @@ fn stress() {
         let f = rng.below(p as u64) as u32;
         let mut c = SimConfig::random(p, f, seed);
         c.max_detect_delay = rng.below(10);
+        if seed % 3 == 1 {
+            after_deciding(&mut c, &mut rng);
+        }
         if seed % 3 == 0 {
             // Kill the first roots during the agreement.
             let kinds = ["up", "propose", "ack", "commit"];

@@ -8,7 +8,8 @@ use crate::sim::{run as simulate, SimConfig};
 #[derive(clap::Subcommand, Debug)]
 pub enum SimCmd {
     /// Simulate one resilient fence with random fail-stop failures (before the call, during
-    /// it, during the agreement); exit 0 when every survivor agreed.
+    /// it, during the agreement); exit 0 when every survivor agreed and every process that
+    /// decided before dying decided the same (uniform agreement).
     Fence(FenceArgs),
 }
 
@@ -27,7 +28,7 @@ pub struct FenceArgs {
     #[arg(long, default_value_t = 3)]
     pub detect_delay: u64,
     /// Print JSON: {"rounds", "messages", "survivors", "agreed", "p", "f", "seed", "failed",
-    /// "dead", "by_kind", "problems"}.
+    /// "dead", "decided_then_died", "by_kind", "problems"}.
     #[arg(long)]
     pub json: bool,
 }
@@ -58,7 +59,8 @@ fn fence(a: &FenceArgs) -> i32 {
         );
     } else {
         println!(
-            "p={} f={} seed={}: {} in {} rounds, {} messages, {} survivors, failed {:?}",
+            "p={} f={} seed={}: {} in {} rounds, {} messages, {} survivors, failed {:?}, \
+             decided then died {:?}",
             r.p,
             r.f,
             r.seed,
@@ -66,7 +68,8 @@ fn fence(a: &FenceArgs) -> i32 {
             r.rounds,
             r.messages,
             r.survivors,
-            r.failed
+            r.failed,
+            r.decided_then_died
         );
         for p in &r.problems {
             println!("  problem: {p}");

@@ -256,25 +256,38 @@ impl Wireup {
                 .unwrap_or(openib_ports::Mtu::MTU_256),
         };
         let local_view = [my_view(&node.blob, my_index)];
-        let local_ads: Vec<Advert> = records
+        let own_ads: Vec<Advert> = records
             .iter()
             .map(|r| Advert {
                 index: r.cpc,
                 priority: r.priority,
             })
             .collect();
+        // The pair decision uses this node's published list, as the peers do (the winner
+        // rule is symmetric only over the same two lists).
+        let me_published = table.peers.iter().find(|p| p.rank == info.rank);
+        let published_ads: Option<Vec<Advert>> = me_published.and_then(|p| {
+            p.node_blob.ports.get(my_index).map(|port| {
+                port.cpcs
+                    .iter()
+                    .map(|r| Advert {
+                        index: r.cpc,
+                        priority: r.priority,
+                    })
+                    .collect()
+            })
+        });
+        let leader = me_published.map(|p| p.leader).unwrap_or(info.rank);
+        let local_ads = match published_ads {
+            Some(published) => pair_adverts(&own_ads, &published, leader),
+            None => Ok(own_ads),
+        };
         let mut plans = BTreeMap::new();
         for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
-            let plan = plan(
-                peer,
-                &local_view,
-                &local_ads,
-                cfg.cpc,
-                &node,
-                my_index,
-                &refused,
-            )
-            .and_then(|(cpc, pi)| add_peer(&mut svc, cpc, peer, pi).map(|()| cpc));
+            let plan = local_ads
+                .clone()
+                .and_then(|ads| plan(peer, &local_view, &ads, cfg.cpc, &node, my_index, &refused))
+                .and_then(|(cpc, pi)| add_peer(&mut svc, cpc, peer, pi).map(|()| cpc));
             plans.insert(peer.rank, plan);
         }
         Ok(Wireup {
@@ -478,6 +491,70 @@ pub fn source_gid_index(port: &openib_ports::Port, configured: u32) -> u32 {
         }
     }
     configured
+}
+
+/// `NAME:PRIORITY, ...` of a CPC list, for messages.
+fn advert_text(a: &[Advert]) -> String {
+    let mut v: Vec<String> = a
+        .iter()
+        .map(|x| format!("{}:{}", crate::modex::advert::cpc_name(x.index), x.priority))
+        .collect();
+    if v.is_empty() {
+        v.push("none".into());
+    }
+    v.join(", ")
+}
+
+/// The CPC list this process decides its pairs with: its node's published list (`published`,
+/// from node leader `leader`), the one its peers see, so both sides of a pair run the winner
+/// rule over the same two lists whatever each process's own settings say.
+///
+/// Where this process's own list (`own`, from its OPENIB_CPC_INCLUDE, OPENIB_CPC_EXCLUDE and
+/// OPENIB_CPC_PRIORITY settings) differs only in
+/// priorities: a warning naming both, and the published list. Where it offers other CPCs than
+/// the published list (its include/exclude differ): an error naming both lists, since its
+/// services and modex parts follow its own list and cannot serve the published one.
+pub fn pair_adverts(
+    own: &[Advert],
+    published: &[Advert],
+    leader: u32,
+) -> Result<Vec<Advert>, String> {
+    let set = |a: &[Advert]| {
+        let mut m: BTreeMap<u8, u8> = BTreeMap::new();
+        for x in a {
+            let p = m.entry(x.index).or_insert(x.priority);
+            *p = (*p).max(x.priority);
+        }
+        m
+    };
+    let (o, p) = (set(own), set(published));
+    if o == p {
+        return Ok(published.to_vec());
+    }
+    if o.keys().eq(p.keys()) {
+        tracing::warn!(
+            own = %advert_text(own),
+            published = %advert_text(published),
+            leader,
+            "this process's CPC priorities (OPENIB_CPC_PRIORITY) differ from those its node \
+             leader published; using the published ones, which every peer uses too"
+        );
+        return Ok(published.to_vec());
+    }
+    tracing::warn!(
+        own = %advert_text(own),
+        published = %advert_text(published),
+        leader,
+        "this process offers other CPCs than its node leader published (OPENIB_CPC_INCLUDE / \
+         OPENIB_CPC_EXCLUDE differ within the node): it connects to no peer"
+    );
+    Err(format!(
+        "this process's CPC settings (OPENIB_CPC_INCLUDE/OPENIB_CPC_EXCLUDE/OPENIB_CPC_PRIORITY) \
+         offer {}, but its node leader (rank {leader}) published {}: the processes of one node \
+         must offer the same CPCs",
+        advert_text(own),
+        advert_text(published)
+    ))
 }
 
 /// The CPC for a pair and the peer's port index, or why there is none.
@@ -708,6 +785,14 @@ mod tests {
     use crate::modex::build::{build_node, proc_ports};
 
     fn node(fixture: &str, include: Option<&str>) -> (NodeBuild, Discovery) {
+        node_with(fixture, include, None)
+    }
+
+    fn node_with(
+        fixture: &str,
+        include: Option<&str>,
+        priority: Option<&str>,
+    ) -> (NodeBuild, Discovery) {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/fixtures")
             .join(fixture);
@@ -718,7 +803,7 @@ mod tests {
             ucm: false,
             kernel: "test".into(),
         };
-        let cfg = CpcConfig::parse(include, None, None).unwrap();
+        let cfg = CpcConfig::parse(include, None, priority).unwrap();
         (build_node(&d, &topo, 0, &host, &cfg).unwrap(), d)
     }
 
@@ -823,6 +908,80 @@ mod tests {
         .unwrap_err();
         assert!(
             e.contains("does not offer it") && e.contains("rdmacm"),
+            "{e}"
+        );
+    }
+
+    /// Two processes of one node with different OPENIB_CPC_PRIORITY: rank 0 (the node leader,
+    /// defaults) and rank 1 (rdmacm:90). Each decides the pair from the lists both see (the
+    /// node's published one), so both pick the same CPC; with its own list rank 1 would pick
+    /// rdmacm while rank 0 picks udcm (the hang this guards against).
+    #[test]
+    fn both_sides_pick_the_same_cpc_when_local_priorities_differ() {
+        let (leader, ld) = node("ib-dual-port.json", None);
+        let (other, _) = node_with("ib-dual-port.json", None, Some("rdmacm:90"));
+        let (view, leader_ads) = local(&leader);
+        let (_, own_ads) = local(&other);
+        assert_ne!(own_ads, leader_ads, "the two processes' own lists differ");
+        // Rank 1's per-process parts are laid out as the published node blob says (its
+        // records in the same order, whatever the priorities), or peers misread its addresses.
+        let layout = |n: &NodeBuild| -> Vec<(u8, u8)> {
+            n.blob.ports[0]
+                .cpcs
+                .iter()
+                .map(|r| (r.cpc, r.proc_len))
+                .collect()
+        };
+        assert_eq!(layout(&other), layout(&leader));
+
+        // Rank 0 about rank 1 (whose node blob, as published, is rank 0's).
+        let from_0 = plan(
+            &peer_of(&leader, &ld, 1),
+            &view,
+            &leader_ads,
+            None,
+            &leader,
+            0,
+            &[],
+        )
+        .unwrap();
+        // Rank 1 about rank 0, with the list the exchange gives it.
+        let ads_1 = pair_adverts(&own_ads, &leader_ads, 0).unwrap();
+        let from_1 = plan(
+            &peer_of(&leader, &ld, 0),
+            &view,
+            &ads_1,
+            None,
+            &other,
+            0,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(from_0.0, from_1.0, "the two sides must agree");
+        assert_eq!(from_0.0, CpcId::Udcm);
+        // What rank 1's own list alone would pick: the disagreement.
+        let own = plan(
+            &peer_of(&leader, &ld, 0),
+            &view,
+            &own_ads,
+            None,
+            &other,
+            0,
+            &[],
+        )
+        .unwrap();
+        assert_eq!(own.0, CpcId::Rdmacm);
+
+        // Differing include lists: an error naming both lists, not a silent disagreement.
+        let (only_u, _) = node("ib-dual-port.json", Some("udcm,oob"));
+        let (_, ads_u) = local(&only_u);
+        let e = pair_adverts(&ads_u, &leader_ads, 0).unwrap_err();
+        assert!(
+            e.contains("udcm:63")
+                && e.contains("oob:50")
+                && e.contains("rank 0")
+                && e.contains("rdmacm:30")
+                && e.contains("OPENIB_CPC_INCLUDE"),
             "{e}"
         );
     }

@@ -451,6 +451,13 @@ pub static SETTINGS: &[Setting] = &[
         "CPC priority overrides, NAME:PRIORITY,... (higher wins); unset: oob 50, xoob 60, ibcm 40, rdmacm 30, udcm 63",
     ),
     Setting::new(
+        "OPENIB_ALLOW_CROSS_SUBNET",
+        C::Cpc,
+        Kind::Bool,
+        Some("false"),
+        "pair ports on different subnets too (routed InfiniBand, routed RoCE v2; `openib check --allow-cross-subnet`); connections to such a peer are GID-routed; unset: only ports of the same subnet id pair",
+    ),
+    Setting::new(
         "OPENIB_ACK_TIMEOUT",
         C::Cpc,
         Kind::Int { min: 1, max: 31 },

@@ -12,7 +12,7 @@ use crate::runtime::{Runtime, Scope};
 use openib_cpc::pack::PeerAddress;
 use openib_cpc::{
     pair_ports, select, Advert, Connection, Connector, CpcConfig, CpcId, HostFacts, LocalPort,
-    OobService, PortView, RdmacmService, Retry, UdcmService,
+    OobService, PortPair, PortView, RdmacmService, Retry, UdcmService,
 };
 use openib_ports::{derive, DeriveConfig, Discovery, Filter, Topology};
 use openib_sys::{Access, MemoryRegion, QpCaps, RecvRequest, SendOp, SendRequest, WorkCompletion};
@@ -282,11 +282,24 @@ impl Wireup {
             Some(published) => pair_adverts(&own_ads, &published, leader),
             None => Ok(own_ads),
         };
+        let allow_cross_subnet = crate::config::bool("OPENIB_ALLOW_CROSS_SUBNET")
+            .map_err(|e| PingError::Setup(e.to_string()))?;
         let mut plans = BTreeMap::new();
         for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
             let plan = local_ads
                 .clone()
-                .and_then(|ads| plan(peer, &local_view, &ads, cfg.cpc, &node, my_index, &refused))
+                .and_then(|ads| {
+                    plan(
+                        peer,
+                        &local_view,
+                        &ads,
+                        cfg.cpc,
+                        allow_cross_subnet,
+                        &node,
+                        my_index,
+                        &refused,
+                    )
+                })
                 .and_then(|(cpc, pi)| add_peer(&mut svc, cpc, peer, pi).map(|()| cpc));
             plans.insert(peer.rank, plan);
         }
@@ -557,12 +570,28 @@ pub fn pair_adverts(
     ))
 }
 
+/// The port pair the transport (and `openib ping`) uses with one peer: this process serves
+/// one port (`local`), the peer the ports of its proc blob (`remote`, one per process); the
+/// first pair [`pair_ports`] makes of them, crossing subnets only with `allow_cross_subnet`
+/// (setting OPENIB_ALLOW_CROSS_SUBNET). `openib check` reports with this same function.
+pub fn transport_pair(
+    local: &[PortView],
+    remote: &[PortView],
+    allow_cross_subnet: bool,
+) -> Option<PortPair> {
+    pair_ports(local, remote, allow_cross_subnet)
+        .first()
+        .copied()
+}
+
 /// The CPC for a pair and the peer's port index, or why there is none.
+#[allow(clippy::too_many_arguments)]
 fn plan(
     peer: &Peer,
     local_view: &[PortView],
     local_ads: &[Advert],
     forced: Option<CpcId>,
+    allow_cross_subnet: bool,
     node: &NodeBuild,
     my_index: usize,
     refused: &[String],
@@ -585,8 +614,7 @@ fn plan(
                 .unwrap_or(openib_ports::Mtu::MTU_256),
         })
         .collect();
-    let pairs = pair_ports(local_view, &remote, false);
-    let Some(pp) = pairs.first() else {
+    let Some(pp) = transport_pair(local_view, &remote, allow_cross_subnet) else {
         let theirs: Vec<String> = peer
             .proc_blob
             .ports
@@ -600,11 +628,16 @@ fn plan(
             })
             .collect();
         return Err(format!(
-            "rank {} is unreachable: our port {} is on subnet {:#018x}, its ports are {}",
+            "rank {} is unreachable: our port {} is on subnet {:#018x}, its ports are {}{}",
             peer.rank,
             node.port_names[my_index],
             node.blob.ports[my_index].subnet_id,
-            theirs.join(", ")
+            theirs.join(", "),
+            if allow_cross_subnet {
+                " (different link layers never connect)"
+            } else {
+                " (OPENIB_ALLOW_CROSS_SUBNET is off)"
+            }
         ));
     };
     let remote_ads: Vec<Advert> = nb.ports[pp.remote]
@@ -844,7 +877,7 @@ mod tests {
         let (view, ads) = local(&a);
         let (b, bd) = node("ib-dual-port.json", None);
         assert_eq!(
-            plan(&peer_of(&b, &bd, 1), &view, &ads, None, &a, 0, &[]).unwrap(),
+            plan(&peer_of(&b, &bd, 1), &view, &ads, None, false, &a, 0, &[]).unwrap(),
             (CpcId::Udcm, 0)
         );
         assert_eq!(
@@ -853,6 +886,7 @@ mod tests {
                 &view,
                 &ads,
                 Some(CpcId::Rdmacm),
+                false,
                 &a,
                 0,
                 &[]
@@ -864,12 +898,18 @@ mod tests {
 
         // A peer on other subnets is unreachable, and the error shows both sides' subnets.
         let (far, fd) = node("ib-two-subnets.json", None);
-        let e = plan(&peer_of(&far, &fd, 2), &view, &ads, None, &a, 0, &[]).unwrap_err();
+        let e = plan(&peer_of(&far, &fd, 2), &view, &ads, None, false, &a, 0, &[]).unwrap_err();
         assert!(
             e.contains("unreachable")
                 && e.contains("0xfe80000000000000")
-                && e.contains("0xfec0000000000001"),
+                && e.contains("0xfec0000000000001")
+                && e.contains("OPENIB_ALLOW_CROSS_SUBNET is off"),
             "{e}"
+        );
+        // With OPENIB_ALLOW_CROSS_SUBNET the transport pairs them (as `check` reports).
+        assert_eq!(
+            plan(&peer_of(&far, &fd, 2), &view, &ads, None, true, &a, 0, &[]).unwrap(),
+            (CpcId::Udcm, 0)
         );
 
         // Disjoint CPC lists: both lists and the local refusals are in the error.
@@ -883,6 +923,7 @@ mod tests {
             &view_u,
             &ads_u,
             None,
+            false,
             &only_u,
             0,
             &refused,
@@ -901,6 +942,7 @@ mod tests {
             &view_u,
             &ads_u,
             Some(CpcId::Udcm),
+            false,
             &only_u,
             0,
             &refused,
@@ -940,6 +982,7 @@ mod tests {
             &view,
             &leader_ads,
             None,
+            false,
             &leader,
             0,
             &[],
@@ -952,6 +995,7 @@ mod tests {
             &view,
             &ads_1,
             None,
+            false,
             &other,
             0,
             &[],
@@ -965,6 +1009,7 @@ mod tests {
             &view,
             &own_ads,
             None,
+            false,
             &other,
             0,
             &[],

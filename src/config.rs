@@ -352,6 +352,7 @@ pub const FAULT_POINTS: &[&str] = &[
     "in-connect",
     "in-transfer",
     "lie-seq",
+    "udcm-deaf",
 ];
 
 fn port_filter(v: &str) -> Result<(), String> {
@@ -700,7 +701,7 @@ pub static SETTINGS: &[Setting] = &[
             repeat: true,
         },
         None,
-        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch); unset: none",
+        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch; udcm-deaf: its udcm never answers, so a peer's udcm attempt times out and falls back); unset: none",
     ),
     // logging
     Setting::new(

@@ -65,11 +65,14 @@ struct Services {
     udcm: Option<Connector<UdcmService>>,
     oob: Option<Connector<OobService>>,
     rdmacm: Option<RdmacmService>,
+    /// Fault injection (`OPENIB_FAULT=udcm-deaf:RANK`): udcm is never progressed here, so it
+    /// never answers (nor retries), and the peer's udcm attempt times out.
+    udcm_deaf: bool,
 }
 
 impl Services {
     fn progress(&mut self, now: Instant) -> Result<(), openib_sys::Error> {
-        if let Some(c) = &mut self.udcm {
+        if let Some(c) = self.udcm.as_mut().filter(|_| !self.udcm_deaf) {
             c.progress(now)?;
         }
         if let Some(c) = &mut self.oob {
@@ -212,6 +215,7 @@ impl Wireup {
             udcm: None,
             oob: None,
             rdmacm: None,
+            udcm_deaf: crate::fault::armed("udcm-deaf", info.rank),
         };
         let mut parts = Vec::new();
         for r in records {
@@ -285,22 +289,42 @@ impl Wireup {
         let allow_cross_subnet = crate::config::bool("OPENIB_ALLOW_CROSS_SUBNET")
             .map_err(|e| PingError::Setup(e.to_string()))?;
         let mut plans = BTreeMap::new();
+        let mut orders = BTreeMap::new();
         for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
-            let plan = local_ads
-                .clone()
-                .and_then(|ads| {
-                    plan(
-                        peer,
-                        &local_view,
-                        &ads,
-                        cfg.cpc,
-                        allow_cross_subnet,
-                        &node,
-                        my_index,
-                        &refused,
-                    )
-                })
-                .and_then(|(cpc, pi)| add_peer(&mut svc, cpc, peer, pi).map(|()| cpc));
+            let plan = local_ads.clone().and_then(|ads| {
+                let (cpc, pi) = plan(
+                    peer,
+                    &local_view,
+                    &ads,
+                    cfg.cpc,
+                    allow_cross_subnet,
+                    &node,
+                    my_index,
+                    &refused,
+                )?;
+                add_peer(&mut svc, cpc, peer, pi)?;
+                // The rest of the common CPCs, in the winner rule's order: this side accepts
+                // an attempt through any of them, and, initiating, falls back through them.
+                let mut order = vec![cpc];
+                if cfg.cpc.is_none() {
+                    for next in fallback_order(&ads, &peer_adverts(peer, pi))
+                        .into_iter()
+                        .skip(1)
+                    {
+                        match add_peer(&mut svc, next, peer, pi) {
+                            Ok(()) => order.push(next),
+                            Err(why) => tracing::debug!(
+                                peer = peer.rank,
+                                cpc = %next,
+                                why,
+                                "not a fallback for this peer"
+                            ),
+                        }
+                    }
+                }
+                orders.insert(peer.rank, order);
+                Ok(cpc)
+            });
             plans.insert(peer.rank, plan);
         }
         Ok(Wireup {
@@ -308,6 +332,7 @@ impl Wireup {
             services: svc,
             table,
             plans,
+            orders,
         })
     }
 
@@ -331,11 +356,115 @@ impl Wireup {
         &self.services.port
     }
 
-    /// Progresses every CPC service; returns new connections and failures.
+    /// Progresses every CPC service; returns new connections and failures. A failure of a
+    /// CPC that has a next common one is not returned: the initiator moves on to the next
+    /// (and logs why), the answering side expects it ([`after_failure`]); `plans` shows the
+    /// CPC a peer is on.
     pub fn poll(&mut self, now: Instant) -> Result<Settled, openib_sys::Error> {
         self.services.progress(now)?;
-        Ok(self.services.take())
+        let (ok, bad) = self.services.take();
+        for (cpc, c) in &ok {
+            if let Some(Ok(cur)) = self.plans.get_mut(&c.peer) {
+                *cur = *cpc;
+            }
+        }
+        let mut failed = Vec::new();
+        for (cpc, peer, why) in bad {
+            let (Some(Ok(cur)), Some(order)) = (self.plans.get(&peer), self.orders.get(&peer))
+            else {
+                failed.push((cpc, peer, why));
+                continue;
+            };
+            match after_failure(self.me < peer, cpc, *cur, order) {
+                Next::Report => failed.push((cpc, peer, why)),
+                Next::Stale => tracing::debug!(
+                    peer,
+                    cpc = %cpc,
+                    current = %cur,
+                    error = %why,
+                    "failure of a CPC this pair has left"
+                ),
+                Next::Expect(next) => {
+                    tracing::info!(
+                        peer,
+                        failed = %cpc,
+                        next = %next,
+                        error = %why,
+                        "connection through the winner failed here; expecting the initiator's next common CPC"
+                    );
+                    self.plans.insert(peer, Ok(next));
+                }
+                Next::Retry(next) => {
+                    tracing::warn!(
+                        peer,
+                        failed = %cpc,
+                        next = %next,
+                        error = %why,
+                        "connecting through {cpc} failed; falling back to the next common CPC, {next}"
+                    );
+                    self.plans.insert(peer, Ok(next));
+                    self.connect(peer, now);
+                }
+            }
+        }
+        Ok((ok, failed))
     }
+}
+
+/// What a pair does after a connection attempt through `failed` ended in failure on this
+/// side, with `current` the CPC the pair is on and `order` the pair's common CPCs (the
+/// winner first, [`fallback_order`]; both sides compute the same one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Next {
+    /// The initiator starts again through this CPC.
+    Retry(CpcId),
+    /// The answering side waits for the initiator's attempt through this CPC (it accepts an
+    /// attempt through any CPC of `order` anyway: only the initiator chooses, so the two
+    /// sides cannot end up on different CPCs).
+    Expect(CpcId),
+    /// A failure of a CPC the pair already left: nothing to do.
+    Stale,
+    /// The last common CPC failed: the pair fails.
+    Report,
+}
+
+/// The fallback rule (see [`Next`]). `initiator`: this side starts the pair's connections
+/// (the lower rank).
+pub fn after_failure(initiator: bool, failed: CpcId, current: CpcId, order: &[CpcId]) -> Next {
+    if failed != current {
+        return Next::Stale;
+    }
+    let next = order
+        .iter()
+        .position(|&c| c == failed)
+        .and_then(|i| order.get(i + 1).copied());
+    match (next, initiator) {
+        (None, _) => Next::Report,
+        (Some(n), true) => Next::Retry(n),
+        (Some(n), false) => Next::Expect(n),
+    }
+}
+
+/// Every common CPC of two lists that has a connection path in this build, in the winner
+/// rule's order ([`openib_cpc::ranked`]: the same on both sides).
+pub fn fallback_order(local: &[Advert], remote: &[Advert]) -> Vec<CpcId> {
+    openib_cpc::ranked(local, remote)
+        .into_iter()
+        .filter_map(|w| CpcId::from_index(w.index))
+        .filter(|c| matches!(c, CpcId::Udcm | CpcId::Oob | CpcId::Rdmacm))
+        .collect()
+}
+
+/// The CPC list a peer's node published for its port `pi`.
+fn peer_adverts(peer: &Peer, pi: usize) -> Vec<Advert> {
+    peer.node_blob.ports[pi]
+        .cpcs
+        .iter()
+        .map(|r| Advert {
+            index: r.cpc,
+            priority: r.priority,
+        })
+        .collect()
 }
 
 /// This process's CPC services, the modex table and each peer's chosen CPC.
@@ -343,8 +472,11 @@ pub struct Wireup {
     pub me: u32,
     services: Services,
     pub table: crate::modex::exchange::PeerTable,
-    /// Per peer: its CPC, or why there is none.
+    /// Per peer: its CPC (the winner; after a fallback, the CPC the pair moved on to), or
+    /// why there is none.
     pub plans: BTreeMap<u32, Result<CpcId, String>>,
+    /// Per peer with a plan: the pair's common CPCs with a connection path, winner first.
+    orders: BTreeMap<u32, Vec<CpcId>>,
 }
 
 /// What a ping run found, as this rank knows it.
@@ -1029,5 +1161,75 @@ mod tests {
                 && e.contains("OPENIB_CPC_INCLUDE"),
             "{e}"
         );
+    }
+
+    /// The fallback rule: both sides order the common CPCs alike; only the initiator moves
+    /// to the next one, the answering side expects it; stale and last failures.
+    #[test]
+    fn a_failed_winner_falls_back_through_the_common_cpcs_alike() {
+        let (a, _) = node("ib-dual-port.json", None);
+        let (_, ads_a) = local(&a);
+        let (b, _) = node_with("ib-dual-port.json", None, Some("oob:10,rdmacm:70"));
+        let (_, ads_b) = local(&b);
+        let order = fallback_order(&ads_a, &ads_b);
+        assert_eq!(order, fallback_order(&ads_b, &ads_a), "both sides agree");
+        assert_eq!(order, vec![CpcId::Rdmacm, CpcId::Udcm, CpcId::Oob]);
+        assert_eq!(
+            order[0],
+            CpcId::from_index(select(&ads_a, &ads_b).unwrap().index).unwrap(),
+            "the winner first"
+        );
+
+        let o = [CpcId::Udcm, CpcId::Oob, CpcId::Rdmacm];
+        assert_eq!(
+            after_failure(true, CpcId::Udcm, CpcId::Udcm, &o),
+            Next::Retry(CpcId::Oob)
+        );
+        assert_eq!(
+            after_failure(false, CpcId::Udcm, CpcId::Udcm, &o),
+            Next::Expect(CpcId::Oob)
+        );
+        assert_eq!(
+            after_failure(true, CpcId::Oob, CpcId::Oob, &o),
+            Next::Retry(CpcId::Rdmacm)
+        );
+        assert_eq!(
+            after_failure(true, CpcId::Rdmacm, CpcId::Rdmacm, &o),
+            Next::Report
+        );
+        assert_eq!(
+            after_failure(false, CpcId::Rdmacm, CpcId::Rdmacm, &o),
+            Next::Report
+        );
+        // A late failure of a CPC the pair left changes nothing.
+        assert_eq!(
+            after_failure(true, CpcId::Udcm, CpcId::Oob, &o),
+            Next::Stale
+        );
+        assert_eq!(
+            after_failure(false, CpcId::Udcm, CpcId::Rdmacm, &o),
+            Next::Stale
+        );
+        // One common CPC: nothing to fall back to.
+        assert_eq!(
+            after_failure(true, CpcId::Udcm, CpcId::Udcm, &[CpcId::Udcm]),
+            Next::Report
+        );
+        // xoob and ibcm have no connection path: never in the order.
+        let x = [
+            Advert {
+                index: 2,
+                priority: 200,
+            },
+            Advert {
+                index: 3,
+                priority: 200,
+            },
+            Advert {
+                index: 5,
+                priority: 1,
+            },
+        ];
+        assert_eq!(fallback_order(&x, &x), vec![CpcId::Udcm]);
     }
 }

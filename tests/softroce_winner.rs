@@ -45,3 +45,36 @@ fn differing_cpc_priority_within_a_node_still_connects() {
         "{err}"
     );
 }
+
+/// The winner (udcm) fails on the real path: rank 1's udcm never answers
+/// (`OPENIB_FAULT=udcm-deaf:1`), rank 0's attempt times out, rank 0 falls back to the next
+/// common CPC (oob) with a log line saying why, and rank 1 accepts it. Before the fallback the
+/// pair failed with udcm's timeout.
+#[test]
+fn a_failed_winner_falls_back_to_the_next_common_cpc() {
+    if harness::skip_guest("softroce_winner") {
+        return;
+    }
+    let b = env!("CARGO_BIN_EXE_openib");
+    let script = format!(
+        "echo '=== fallback'; OPENIB_FAULT=udcm-deaf:1 {b} run -n 2 --timeout 120 -- {b} ping --json --timeout 60 2>/tmp/err; echo rc=$?\n\
+         echo '=== stderr'; cat /tmp/err\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "300"], &["sh", "-c", &script]);
+    let sec =
+        |n: &str| harness::section(&out, n).unwrap_or_else(|| panic!("no {n} section in: {out}"));
+    let text = sec("fallback");
+    let err = sec("stderr");
+    assert!(text.contains("rc=0"), "ping failed: {text}\n{err}");
+    let json = text.rsplit_once("rc=").map(|(j, _)| j).unwrap_or(&text);
+    let v: Value = serde_json::from_str(json.trim()).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let pairs = v["pairs"].as_array().unwrap();
+    assert_eq!(pairs.len(), 1, "{text}");
+    assert_eq!(pairs[0]["ok"], true, "{text}\n{err}");
+    assert_eq!(pairs[0]["cpc"], "oob", "the next common CPC: {text}\n{err}");
+    assert!(
+        err.contains("falling back to the next common CPC, oob") && err.contains("udcm"),
+        "the fallback says why: {err}"
+    );
+}

@@ -352,6 +352,7 @@ pub const FAULT_POINTS: &[&str] = &[
     "in-connect",
     "in-transfer",
     "lie-seq",
+    "udcm-deaf",
 ];
 
 fn port_filter(v: &str) -> Result<(), String> {
@@ -458,6 +459,13 @@ pub static SETTINGS: &[Setting] = &[
         },
         None,
         "CPC priority overrides, NAME:PRIORITY,... (higher wins); unset: oob 50, xoob 60, ibcm 40, rdmacm 30, udcm 63",
+    ),
+    Setting::new(
+        "OPENIB_ALLOW_CROSS_SUBNET",
+        C::Cpc,
+        Kind::Bool,
+        Some("false"),
+        "pair ports on different subnets too (routed InfiniBand, routed RoCE v2; `openib check --allow-cross-subnet`); connections to such a peer are GID-routed; unset: only ports of the same subnet id pair",
     ),
     Setting::new(
         "OPENIB_ACK_TIMEOUT",
@@ -712,7 +720,7 @@ pub static SETTINGS: &[Setting] = &[
             repeat: true,
         },
         None,
-        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch); unset: none; only in a build with the cargo feature fault-injection (tests have it), a default build refuses it",
+        "fault injection, POINT:RANK,... (POINT:R1,R2 for several ranks): that rank SIGKILLs itself at the point (lie-seq: it misnumbers its eager message 100 to every peer instead, for the peers' check to catch; udcm-deaf: its udcm never answers, so a peer's udcm attempt times out and falls back); unset: none; only in a build with the cargo feature fault-injection (tests have it), a default build refuses it",
     )
     .checked(fault_built),
     // logging

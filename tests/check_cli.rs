@@ -114,3 +114,118 @@ fn scenarios() {
     assert!(String::from_utf8_lossy(&o.stderr).contains("no \"ports\" array"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The transport's own planning (the node blob each process builds, its first usable port,
+/// `openib::ping::transport_pair` and the winner rule) for processes on fixture nodes `a`
+/// and `b`: (A's port, B's port, the CPC), or None when the ports do not pair.
+fn transport_plan(a: &str, b: &str, cross: bool) -> Option<(String, String, Option<String>)> {
+    use openib_cpc::{select, Advert, CpcConfig, HostFacts, PortView};
+    use openib_ports::{derive, DeriveConfig, Filter, Topology};
+    let side = |f: &str| {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(f);
+        let topo = Topology::from_fixture_file(&path).unwrap();
+        let d = derive(&topo, &DeriveConfig::default());
+        let all = derive(
+            &topo,
+            &DeriveConfig {
+                filter: Filter::All,
+                ..DeriveConfig::default()
+            },
+        );
+        let host = HostFacts {
+            rdmacm: Ok(()),
+            ucm: false,
+            kernel: "test".into(),
+        };
+        let node =
+            openib::modex::build::build_node(&all, &topo, 0, &host, &CpcConfig::default()).unwrap();
+        let name = d.usable().next().unwrap().name();
+        let i = node.port_names.iter().position(|n| *n == name).unwrap();
+        let p = &node.blob.ports[i];
+        let view = PortView {
+            index: i,
+            subnet_id: p.subnet_id,
+            link_layer: p.link_layer.wire(),
+            mtu: openib_ports::Mtu::from_enum(p.mtu).unwrap(),
+        };
+        let ads: Vec<Advert> = p
+            .cpcs
+            .iter()
+            .map(|r| Advert {
+                index: r.cpc,
+                priority: r.priority,
+            })
+            .collect();
+        (name, view, ads)
+    };
+    let (na, va, aa) = side(a);
+    let (nb, vb, ab) = side(b);
+    openib::ping::transport_pair(&[va], &[vb], cross)?;
+    let cpc = select(&aa, &ab)
+        .and_then(|w| openib_cpc::CpcId::from_index(w.index))
+        .map(|c| c.name().to_string());
+    Some((na, nb, cpc))
+}
+
+/// `openib check` reports the pair and CPC the transport's planning picks (the same function),
+/// with and without crossing subnets; `connectable` follows the transport.
+#[test]
+fn check_reports_what_the_transport_does() {
+    let dir = std::env::temp_dir().join(format!("openib-check-t-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cases = [
+        ("ib-dual-port.json", "ib-dual-port.json"),
+        ("ib-dual-port.json", "ib-two-subnets.json"),
+        ("ib-two-subnets.json", "ib-two-hcas-default-prefix.json"),
+        ("roce.json", "roce.json"),
+        ("ib-dual-port.json", "roce.json"),
+    ];
+    let mut crossed = false;
+    for (fa, fb) in cases {
+        let a = doc(&dir, &format!("a-{fa}"), fa, &[]);
+        let b = doc(&dir, &format!("b-{fb}"), fb, &[]);
+        for cross in [false, true] {
+            let extra: &[&str] = if cross {
+                &["--allow-cross-subnet"]
+            } else {
+                &[]
+            };
+            let (code, v) = check(&a, &b, extra);
+            let t = &v["transport"];
+            let want = transport_plan(fa, fb, cross);
+            let what = format!("{fa} vs {fb}, cross {cross}: {v}");
+            match &want {
+                Some((pa, pb, cpc)) => {
+                    assert_eq!(t["reachable"], true, "{what}");
+                    assert_eq!(t["a_port"], pa.as_str(), "{what}");
+                    assert_eq!(t["b_port"], pb.as_str(), "{what}");
+                    assert_eq!(t["cpc"].as_str(), cpc.as_deref(), "{what}");
+                    // Exactly the transport's row is marked.
+                    let marked: Vec<&Value> = v["pairs"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .filter(|r| r["transport"] == true)
+                        .collect();
+                    assert_eq!(marked.len(), 1, "{what}");
+                    assert_eq!(marked[0]["a_port"], pa.as_str(), "{what}");
+                    assert_eq!(marked[0]["b_port"], pb.as_str(), "{what}");
+                    if cross && transport_plan(fa, fb, false).is_none() {
+                        crossed = true;
+                    }
+                }
+                None => {
+                    assert_eq!(t["reachable"], false, "{what}");
+                    assert!(t["cpc"].is_null(), "{what}");
+                }
+            }
+            let connects = want.as_ref().is_some_and(|w| w.2.is_some());
+            assert_eq!(v["connectable"], connects, "{what}");
+            assert_eq!(code, if connects { 0 } else { 1 }, "{what}");
+        }
+    }
+    assert!(crossed, "some case connects only across subnets");
+    std::fs::remove_dir_all(&dir).ok();
+}

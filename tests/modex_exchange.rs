@@ -358,3 +358,42 @@ fn openib_run_binds_ranks_to_cpus_when_they_fit() {
         assert_eq!(line.split_whitespace().nth(1), Some(own.as_str()), "{line}");
     }
 }
+
+/// Two processes of one node offering different CPCs (exclude lists of equal widths, so the
+/// leader's decoding cannot notice): the process whose list differs from its node's published
+/// one fails the exchange naming both lists, instead of publishing parts its peers misread.
+#[test]
+fn differing_cpc_lists_within_a_node_fail_naming_both() {
+    let fix = fixture("ib-dual-port.json");
+    for mode in ["gathered", "per-process", "on-demand"] {
+        let o = clean(Command::new(bin()).args([
+            "run",
+            "-n",
+            "2",
+            "--timeout",
+            "30",
+            "--rank-env",
+            "0:OPENIB_CPC_EXCLUDE=oob",
+            "--rank-env",
+            "1:OPENIB_CPC_EXCLUDE=rdmacm",
+            "--",
+            bin(),
+            "modex",
+            "exchange",
+            "--mode",
+            mode,
+            "--fixture",
+            &fix,
+        ]))
+        .output()
+        .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{mode}: must fail: {err}");
+        assert!(
+            err.contains("rank 1 offers CPCs udcm:63, oob:50")
+                && err.contains("node leader, rank 0, published udcm:63, rdmacm:30")
+                && err.contains("OPENIB_CPC_EXCLUDE"),
+            "{mode}: {err}"
+        );
+    }
+}

@@ -18,7 +18,12 @@ pub struct HostFacts {
 impl HostFacts {
     /// Probes this machine.
     pub fn probe() -> HostFacts {
-        let ucm = std::fs::read_dir("/dev/infiniband")
+        Self::probe_in(std::path::Path::new("/dev/infiniband"))
+    }
+
+    /// [`HostFacts::probe`] with the verbs device directory at `dev_dir` (a fake one in tests).
+    pub fn probe_in(dev_dir: &std::path::Path) -> HostFacts {
+        let ucm = std::fs::read_dir(dev_dir)
             .map(|d| {
                 d.flatten()
                     .any(|e| e.file_name().to_string_lossy().starts_with("ucm"))
@@ -33,7 +38,8 @@ impl HostFacts {
         }
     }
 
-    /// Facts under which every CPC that the port allows can run (for fixtures and tests).
+    /// The most permissive facts: librdmacm present and ib_ucm present (for fixtures and
+    /// tests). ibcm is still refused ([`Unusable::IbcmNotImplemented`]).
     pub fn everything() -> HostFacts {
         HostFacts {
             rdmacm: Ok(()),
@@ -57,6 +63,8 @@ pub enum Unusable {
     XrcNotImplemented { device: String },
     #[error("the kernel ({kernel}) has no userspace IB connection manager (/dev/infiniband/ucm*; Linux removed ib_ucm in 5.3)")]
     NoUcm { kernel: String },
+    #[error("the kernel offers the userspace IB connection manager (/dev/infiniband/ucm*), but this build has no ibcm connection path (it could not be tested: SoftRoCE has no ib_ucm); use udcm, oob or rdmacm")]
+    IbcmNotImplemented,
     #[error("ibcm needs an InfiniBand port; {port} is {link_layer}")]
     NotInfiniBand { port: String, link_layer: String },
     #[error("librdmacm is not available: {detail}")]
@@ -102,7 +110,7 @@ pub fn query(cpc: CpcId, port: &Port, has_ip: bool, host: &HostFacts) -> Result<
                     kernel: host.kernel.clone(),
                 })
             } else {
-                Ok(())
+                Err(Unusable::IbcmNotImplemented)
             }
         }
         CpcId::Rdmacm => match (&host.rdmacm, has_ip) {

@@ -48,8 +48,9 @@ pub fn select(local: &[Advert], remote: &[Advert]) -> Option<Winner> {
         .max_by_key(|w| (w.score, w.priorities.0, w.index))
 }
 
-/// Every CPC both sides share, best first (the order [`select`] ranks them in): what a caller
-/// falls back through when the winner fails at run time.
+/// Every CPC both sides share, best first (the order [`select`] ranks them in): the order the
+/// wire-up (`openib::ping`, used by the transport and `openib ping`) falls back through when
+/// the winner fails at run time (docs/CPC.md, "Fallback").
 pub fn ranked(local: &[Advert], remote: &[Advert]) -> Vec<Winner> {
     let (l, r) = (as_set(local), as_set(remote));
     let mut all: Vec<Winner> = l

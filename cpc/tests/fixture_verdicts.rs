@@ -106,3 +106,30 @@ fn include_lists_force_a_cpc() {
         Err(Unusable::Excluded { .. })
     ));
 }
+
+/// ibcm has no connection path: even where the kernel offers ib_ucm (a fake device directory
+/// with a `ucm0` node) it is refused, with that reason, not advertised.
+#[test]
+fn ibcm_is_refused_even_with_ucm() {
+    let dir = std::env::temp_dir().join(format!("openib-fake-dev-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("ucm0"), b"").unwrap();
+    let host = HostFacts::probe_in(&dir);
+    std::fs::remove_dir_all(&dir).unwrap();
+    assert!(host.ucm, "the fake directory has ucm0");
+    let ib = &ports("ib-dual-port.json")[0];
+    for host in [host, HostFacts::everything()] {
+        let v = evaluate(ib, true, &host, &CpcConfig::default());
+        let r = verdict(&v, CpcId::Ibcm);
+        assert!(
+            matches!(r, Err(Unusable::IbcmNotImplemented)),
+            "ibcm must not be offered without a connection path: {r:?}"
+        );
+        let e = r.as_ref().unwrap_err().to_string();
+        assert!(
+            e.contains("no ibcm connection path") && e.contains("ucm"),
+            "{e}"
+        );
+        assert!(!adverts(&v).iter().any(|a| a.index == CpcId::Ibcm.index()));
+    }
+}

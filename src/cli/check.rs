@@ -2,7 +2,8 @@
 //! and why; and what to change when nothing matches. Inputs are `openib ports --json` documents.
 
 use super::exit;
-use openib_cpc::{pair_ports, ranked, Advert, CpcId, PortView};
+use crate::ping::transport_pair;
+use openib_cpc::{pair_ports, ranked, select, Advert, CpcId, PortView};
 use openib_ports::Mtu;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -13,7 +14,8 @@ pub struct CheckArgs {
     pub a: PathBuf,
     /// The second node's `openib ports --json` output.
     pub b: PathBuf,
-    /// Pair ports on different subnets too (routed InfiniBand, routed RoCE v2).
+    /// Pair ports on different subnets too (routed InfiniBand, routed RoCE v2), as the
+    /// transport does with OPENIB_ALLOW_CROSS_SUBNET=true.
     #[arg(long)]
     pub allow_cross_subnet: bool,
     /// Print JSON.
@@ -287,8 +289,78 @@ pub fn run(a: &CheckArgs) -> i32 {
             "score": winner.map(|w| w.score), "why": why,
         }));
     }
-    let connectable = rows.iter().any(|r| !r["cpc"].is_null());
-    if !connectable && !pairs.is_empty() && advice.is_empty() {
+    // What the transport does: each process serves its node's first usable port, and pairs
+    // it with the peer's through the same function the transport plans with.
+    let first = |n: &[NodePort]| views(n).into_iter().next();
+    let transport = match (first(&na), first(&nb)) {
+        (Some(va), Some(vb)) => {
+            let (pa, pb) = (&na[va.index], &nb[vb.index]);
+            match transport_pair(&[va], &[vb], a.allow_cross_subnet) {
+                Some(pp) => {
+                    let w = select(&pa.adverts, &pb.adverts);
+                    let cpc = w.and_then(|w| CpcId::from_index(w.index)).map(|c| c.name());
+                    let why = match cpc {
+                        Some(c) => format!("{} <-> {} through {c}", pa.name, pb.name),
+                        None => format!(
+                            "{} <-> {} share no CPC: A offers {}; B offers {}",
+                            pa.name,
+                            pb.name,
+                            advert_list(&pa.adverts),
+                            advert_list(&pb.adverts)
+                        ),
+                    };
+                    for r in rows.iter_mut() {
+                        r["transport"] = json!(r["a_port"] == pa.name && r["b_port"] == pb.name);
+                    }
+                    json!({"a_port": pa.name, "b_port": pb.name, "reachable": true,
+                        "path_mtu": pp.path_mtu.bytes(), "cpc": cpc, "why": why})
+                }
+                None => {
+                    let why = format!(
+                        "{} ({} {:#018x}) cannot reach {} ({} {:#018x}){}",
+                        pa.name,
+                        pa.link_layer,
+                        pa.subnet_id,
+                        pb.name,
+                        pb.link_layer,
+                        pb.subnet_id,
+                        if a.allow_cross_subnet || pa.link_layer != pb.link_layer {
+                            ""
+                        } else {
+                            " (the transport crosses subnets only with OPENIB_ALLOW_CROSS_SUBNET=true)"
+                        }
+                    );
+                    json!({"a_port": pa.name, "b_port": pb.name, "reachable": false,
+                        "path_mtu": null, "cpc": null, "why": why})
+                }
+            }
+        }
+        _ => json!({"a_port": null, "b_port": null, "reachable": false, "path_mtu": null,
+            "cpc": null, "why": "a node has no usable port"}),
+    };
+    for r in rows.iter_mut() {
+        if r.get("transport").is_none() {
+            r["transport"] = json!(false);
+        }
+    }
+    let some_pair = rows.iter().any(|r| !r["cpc"].is_null());
+    let connectable = !transport["cpc"].is_null();
+    lines.push(format!(
+        "transport (each process serves its node's first usable port{}): {}",
+        if a.allow_cross_subnet {
+            "; crossing subnets, OPENIB_ALLOW_CROSS_SUBNET=true"
+        } else {
+            ""
+        },
+        transport["why"].as_str().unwrap_or("?")
+    ));
+    if some_pair && !connectable {
+        advice.push(format!(
+            "another port pair could connect, but the transport uses only each node's first usable port ({}); restrict each node to a connectable port with OPENIB_IF_INCLUDE",
+            transport["why"].as_str().unwrap_or("?")
+        ));
+    }
+    if !some_pair && !pairs.is_empty() && advice.is_empty() {
         advice.push(
             "no CPC is usable on both sides: see each port's cpcs in the two documents".into(),
         );
@@ -296,7 +368,7 @@ pub fn run(a: &CheckArgs) -> i32 {
     if a.json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&json!({"a": an, "b": bn, "connectable": connectable, "pairs": rows, "advice": advice})).expect("serialises")
+            serde_json::to_string_pretty(&json!({"a": an, "b": bn, "connectable": connectable, "transport": transport, "pairs": rows, "advice": advice})).expect("serialises")
         );
     } else {
         for l in &lines {

@@ -36,7 +36,10 @@ pub const RDMACM_PORT_LEN: u8 = PORT_LEN;
 /// | rdmacm | the IPv4 (4 B) or IPv6 (16 B) address             | rdma_cm listening port, 2 B |
 /// | ibcm   | nothing                                           | nothing                     |
 ///
-/// Records are in descending priority. Integers inside parts are little-endian, like every
+/// Records are in descending *default* priority (udcm, xoob, oob, ibcm, rdmacm), whatever
+/// the configured priorities: the order fixes the per-process parts' layout, so processes of
+/// one node whose OPENIB_CPC_PRIORITY differ still lay out their parts as their node blob
+/// (published by the node leader) says. Integers inside parts are little-endian, like every
 /// integer of the format, so the gathered section's delta coding sees them as numbers.
 pub fn cpc_adverts(
     port: &Port,
@@ -57,7 +60,7 @@ pub fn cpc_adverts(
             })
         })
         .collect();
-    v.sort_by_key(|a| (std::cmp::Reverse(a.priority), a.cpc.index()));
+    v.sort_by_key(|a| (std::cmp::Reverse(a.cpc.default_priority()), a.cpc.index()));
     v
 }
 

@@ -69,6 +69,14 @@ pub enum ExchangeError {
     },
     #[error("rank {rank}: {what}")]
     Inconsistent { rank: u32, what: String },
+    #[error("rank {rank} offers CPCs {own} on port {port} (its OPENIB_CPC_INCLUDE / OPENIB_CPC_EXCLUDE), but its node leader, rank {leader}, published {published}: the processes of one node must offer the same CPCs (priorities may differ: the published ones apply)")]
+    CpcLists {
+        rank: u32,
+        leader: u32,
+        port: String,
+        own: String,
+        published: String,
+    },
     #[error("rank {rank}'s proc blob does not fit its node's node blob ({source}): the processes of one node must see the same ports and use the same CPC settings (OPENIB_CPC_INCLUDE, OPENIB_CPC_EXCLUDE, OPENIB_CPC_PRIORITY)")]
     Mismatch { rank: u32, source: DecodeError },
 }
@@ -261,6 +269,9 @@ pub fn exchange(
                 source,
             })?,
         );
+        if *name == info.node {
+            same_cpcs(info.rank, leader, node, &nb)?;
+        }
         let gathered: Option<Vec<ProcBlob>> =
             nb.local_procs.as_ref().map(|lp| lp.to_proc_blobs(&nb));
         if let Some(g) = &gathered {
@@ -319,6 +330,37 @@ pub fn exchange(
         my_put_bytes: proc_put + node_put,
         failed: failed.into_iter().collect(),
     })
+}
+
+/// This process offers, on every port, the CPCs its node's published blob `nb` lists (its own
+/// settings build `node`); else its parts cannot fit that blob, and its peers would misread
+/// them: a [`ExchangeError::CpcLists`] naming both lists.
+fn same_cpcs(rank: u32, leader: u32, node: &NodeBuild, nb: &NodeBlob) -> Result<(), ExchangeError> {
+    let text = |p: &super::node::NodePort| {
+        p.cpcs
+            .iter()
+            .map(|r| format!("{}:{}", super::advert::cpc_name(r.cpc), r.priority))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for (i, (own, published)) in node.blob.ports.iter().zip(&nb.ports).enumerate() {
+        let set =
+            |p: &super::node::NodePort| p.cpcs.iter().map(|r| r.cpc).collect::<BTreeSet<u8>>();
+        if set(own) != set(published) {
+            return Err(ExchangeError::CpcLists {
+                rank,
+                leader,
+                port: node
+                    .port_names
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| format!("{i}")),
+                own: text(own),
+                published: text(published),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// What every rebuilt peer must satisfy: it uses at least one port, every used port exists and

@@ -2,6 +2,8 @@
 //! SoftRoCE guest: both sides of a pair must still pick the same CPC (the node's published
 //! list decides, docs/CPC.md "Uneven settings").
 
+#[path = "common/fault_feature.rs"]
+mod fault_feature;
 #[path = "softroce/harness.rs"]
 mod harness;
 
@@ -55,6 +57,7 @@ fn a_failed_winner_falls_back_to_the_next_common_cpc() {
     if harness::skip_guest("softroce_winner") {
         return;
     }
+    fault_feature::require("softroce_winner");
     let b = env!("CARGO_BIN_EXE_openib");
     let script = format!(
         "echo '=== fallback'; OPENIB_FAULT=udcm-deaf:1 {b} run -n 2 --timeout 120 -- {b} ping --json --timeout 60 2>/tmp/err; echo rc=$?\n\

@@ -248,9 +248,8 @@ fn all_but_one_die() {
 ///   rounds and messages at most 2.5 times the failure-free ones, max rounds at most 3 times;
 /// - k roots dying in turn, each on its first ack: "each costs a detection delay plus one more
 ///   gather and agreement": rounds <= `4L + k (2L + D)`, messages <= `4 (p - 1) + k 4p` (a
-///   gather and agreement is at most four messages per process). (PERFORMANCE.md's "up to 2p
-///   more messages" for one dead root does not hold for k = 1 at p = 256, 622 more = 2.4p,
-///   so it is not asserted.)
+///   gather and agreement is at most four messages per process; PERFORMANCE.md: one root dying at
+///   its first ack costs 2.4p more at p = 256).
 #[test]
 #[ignore]
 fn measure() {

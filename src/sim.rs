@@ -20,30 +20,23 @@ use crate::runtime::Scope;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// splitmix64: a tiny seeded generator (enough for a simulator, no crate needed).
+/// The simulator's seeded generator (fastrand's): one seed describes a whole run.
 #[derive(Debug, Clone)]
-pub struct Rng(u64);
+pub struct Rng(fastrand::Rng);
 
 impl Rng {
     pub fn new(seed: u64) -> Rng {
-        Rng(seed ^ 0x5851_f42d_4c95_7f2d)
+        Rng(fastrand::Rng::with_seed(seed))
     }
     pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        self.0.u64(..)
     }
     /// Uniform in `0..n` (`n` > 0).
     pub fn below(&mut self, n: u64) -> u64 {
-        ((self.next_u64() as u128 * n as u128) >> 64) as u64
+        self.0.u64(..n)
     }
     pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        for i in (1..v.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            v.swap(i, j);
-        }
+        self.0.shuffle(v)
     }
 }
 

@@ -256,6 +256,8 @@ pub fn transport_session_seeds() -> Vec<Vec<u8>> {
         Script::new(0).msg(Kind::Credit, 0, u16::MAX, 0, b""),
         // a train past the largest message
         long_train.msg(Kind::Eager, 3, 0, 0, b"end"),
+        // more messages than credits granted (16 buffers, 14 for data)
+        (0..15).fold(Script::new(0), |s, seq| s.msg(Kind::Eager, 1, 0, seq, b"x")),
     ]
     .into_iter()
     .map(|s| s.0)
@@ -429,7 +431,7 @@ mod tests {
     /// fails the endpoint with the error naming its number.
     #[test]
     fn session_seeds_are_whole_and_fail_only_where_a_limit_is_broken() {
-        use crate::transport::flow::TrainError;
+        use crate::transport::flow::{CreditError, TrainError};
         use crate::transport::peer::PeerError;
         let seeds = transport_session_seeds();
         let runs: Vec<Model> = seeds
@@ -460,6 +462,11 @@ mod tests {
             })
         ));
         assert!(matches!(runs[5].failed, Some(PeerError::Credits(_))));
+        assert!(matches!(
+            runs[7].failed,
+            Some(PeerError::Credits(CreditError::Overrun { granted: 14, .. }))
+        ));
+        assert_eq!(runs[7].delivered, 14);
         assert!(matches!(
             runs[6].failed,
             Some(PeerError::Train(TrainError::TooLong {

@@ -29,6 +29,12 @@ pub struct Credits {
     data_max: u32,
     /// Control buffers the peer posted for us: `ctl` never exceeds it.
     ctl_max: u32,
+    /// Data and control messages the peer may still send us: what it started with plus the
+    /// returns we sent it, less what arrived ([`Credits::on_arrival`]).
+    peer_data: u32,
+    peer_ctl: u32,
+    /// Data and control credits granted the peer in all (for the error).
+    granted: [u64; 2],
 }
 
 /// A peer returned credits it never lent.
@@ -45,6 +51,14 @@ pub enum CreditError {
         held: u32,
         limit: u32,
     },
+    /// The peer sent a message into a receive buffer it held no credit for (with a shared
+    /// receive queue, a buffer another peer counts on).
+    #[error("the peer sent a {kind} message beyond the {granted} {kind} credits we granted it")]
+    Overrun {
+        kind: &'static str,
+        /// Credits granted in all (initial and returned).
+        granted: u64,
+    },
 }
 
 impl Credits {
@@ -58,6 +72,9 @@ impl Credits {
             threshold: ((depth - ctl_reserve) / 2).max(1),
             data_max: depth - ctl_reserve,
             ctl_max: ctl_reserve,
+            peer_data: depth - ctl_reserve,
+            peer_ctl: ctl_reserve,
+            granted: [(depth - ctl_reserve) as u64, ctl_reserve as u64],
         }
     }
 
@@ -74,7 +91,25 @@ impl Credits {
         let c = self.ctl_to_return.min(u8::MAX as u32);
         self.to_return -= d;
         self.ctl_to_return -= c;
+        self.peer_data = self.peer_data.saturating_add(d);
+        self.peer_ctl = self.peer_ctl.saturating_add(c);
+        self.granted[0] += d as u64;
+        self.granted[1] += c as u64;
         (d as u16, c as u8)
+    }
+
+    /// A message of the peer arrived (`ctl`: a credit-only message, in a control buffer):
+    /// refused when the peer had no credit left for it.
+    pub fn on_arrival(&mut self, ctl: bool) -> Result<(), CreditError> {
+        let (left, kind, granted) = if ctl {
+            (&mut self.peer_ctl, "control", self.granted[1])
+        } else {
+            (&mut self.peer_data, "data", self.granted[0])
+        };
+        *left = left
+            .checked_sub(1)
+            .ok_or(CreditError::Overrun { kind, granted })?;
+        Ok(())
     }
 
     /// A header arrived with these returns: added, or (nothing added) the error when they
@@ -529,6 +564,32 @@ mod tests {
         assert!(c.on_returns(1, 0).is_err());
     }
 
+    /// Regression (issue 27): a peer could send beyond the credits it was granted, filling
+    /// receive buffers (with a shared receive queue, other peers' buffers) unnoticed.
+    #[test]
+    fn messages_beyond_the_granted_credits_are_refused() {
+        let mut c = Credits::new(4, 2);
+        c.on_arrival(false).unwrap();
+        c.on_arrival(false).unwrap();
+        assert_eq!(
+            c.on_arrival(false),
+            Err(CreditError::Overrun {
+                kind: "data",
+                granted: 2
+            })
+        );
+        c.reposted(false);
+        c.take_returns();
+        c.on_arrival(false).unwrap();
+        assert!(c.on_arrival(false).is_err());
+        c.on_arrival(true).unwrap();
+        c.on_arrival(true).unwrap();
+        assert_eq!(
+            c.on_arrival(true).unwrap_err().to_string(),
+            "the peer sent a control message beyond the 2 control credits we granted it"
+        );
+    }
+
     /// Regression (issue 27): an empty piece kept a train open for nothing, and a train was
     /// assembled up to 1 MiB whatever this side allows.
     #[test]
@@ -638,6 +699,10 @@ mod tests {
                 // deliver one message to i
                 1 if !wire[i].is_empty() => {
                     let m = wire[i].pop_front().unwrap();
+                    sides[i]
+                        .credits
+                        .on_arrival(m.ctl)
+                        .expect("an honest peer sends within its credits");
                     if m.ctl {
                         sides[i].posted_ctl -= 1;
                         assert!(sides[i].posted_ctl >= 0, "control buffers overrun");

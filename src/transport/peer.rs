@@ -178,6 +178,7 @@ pub fn receive<'a, B: RecvBook + ?Sized>(
         }
         None => Header::parse(b)?,
     };
+    book.credits().on_arrival(h.kind == Kind::Credit)?;
     book.credits().on_returns(h.credits, h.ctl)?;
     let (kind, seq) = (h.kind, h.seq);
     let user = matches!(kind, Kind::Eager | Kind::Frag | Kind::Rts);
@@ -468,6 +469,11 @@ impl Model {
         if self.failed.is_some() {
             return;
         }
+        // Returns go back in a credit-only message when due, as the transport's drain sends.
+        if self.credits.credit_message_due() {
+            self.credits.ctl -= 1;
+            self.credits.take_returns();
+        }
         let Some((&seq, &(len, head, cts_sent, ..))) =
             self.receiving.iter().find(|(_, r)| !r.2 || !r.4)
         else {
@@ -634,6 +640,32 @@ mod tests {
         let imm = ImmHeader::fitting(1, 2, 0, 0).unwrap().encode();
         m.on_message(b"x", Some(imm));
         assert!(matches!(m.failed, Some(PeerError::Credits(_))));
+    }
+
+    /// Regression (issue 27): a peer sending beyond the credits we granted it filled our
+    /// receive buffers unnoticed (with a shared receive queue, those other peers count on).
+    #[test]
+    fn a_peer_sending_beyond_its_credits_fails_the_endpoint() {
+        let mut m = Model::new(LIMITS, 8, 0);
+        for seq in 0..6 {
+            m.on_message(&msg(Kind::Eager, 1, 0, 0, seq, b"x"), None);
+        }
+        assert_eq!((m.failed.clone(), m.delivered), (None, 6));
+        assert_eq!(
+            failed(&mut m, &msg(Kind::Eager, 1, 0, 0, 6, b"x")),
+            PeerError::Credits(CreditError::Overrun {
+                kind: "data",
+                granted: 6
+            })
+        );
+        // Returns we send give it room again.
+        let mut m = Model::new(LIMITS, 8, 0);
+        for seq in 0..6 {
+            m.on_message(&msg(Kind::Eager, 1, 0, 0, seq, b"x"), None);
+        }
+        m.progress(); // 6 reposted: a credit-only message returns them
+        m.on_message(&msg(Kind::Eager, 1, 0, 0, 6, b"x"), None);
+        assert_eq!(m.failed, None);
     }
 
     /// Regression (issue 27): a FRAG's sequence number was not checked until its train's

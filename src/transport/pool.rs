@@ -295,6 +295,9 @@ mod tests {
                 // the receiver takes the next message off the wire into an SRQ buffer
                 3 | 4 if !to_rx.is_empty() => {
                     let (p, data, d, c) = to_rx.pop_front().unwrap();
+                    s[p].recv
+                        .on_arrival(!data)
+                        .expect("a sender that obeys its credits");
                     posted -= 1;
                     assert!(posted >= 0, "SRQ ran dry: receiver-not-ready");
                     s[p].recv.on_returns(d, c).expect("honest returns");

@@ -2051,6 +2051,7 @@ impl Transport {
                 limit: self.cfg.eager_limit,
             });
         }
+        self.cfg.check_msg_len(data.len())?;
         let slot_len = HDR + self.cfg.eager_limit;
         let ep = self.endpoint(peer)?;
         if let Some(why) = ep.why_not_now() {

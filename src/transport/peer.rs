@@ -39,7 +39,7 @@ pub enum PeerError {
     #[error(transparent)]
     Credits(#[from] CreditError),
     #[error(
-        "rendezvous {seq} announces {len} bytes, above this side's largest message \
+        "message {seq} announces {len} bytes, above this side's largest message \
          (OPENIB_MAX_MSG_SIZE={limit})"
     )]
     TooLarge { seq: u32, len: u64, limit: u64 },
@@ -252,6 +252,13 @@ pub fn receive<'a, B: RecvBook + ?Sized>(
             tag: h.tag,
             piece: payload,
         },
+        Kind::Eager if payload.len() as u64 > limits.max_msg => {
+            return Err(PeerError::TooLarge {
+                seq,
+                len: payload.len() as u64,
+                limit: limits.max_msg,
+            })
+        }
         Kind::Eager => Step::Eager {
             seq,
             tag: h.tag,
@@ -700,6 +707,23 @@ mod tests {
         assert_eq!(
             m.failed.as_ref().map(|e| e.to_string()),
             Some("malformed message: sequence ending in 0x01 where 0 is due".into())
+        );
+    }
+
+    /// An eager message above the largest message (a sender's eager limit above the
+    /// receiver's OPENIB_MAX_MSG_SIZE) is refused like a rendezvous.
+    #[test]
+    fn an_eager_message_above_the_largest_message_fails_the_endpoint() {
+        let mut m = Model::new(PeerLimits { max_msg: 4 }, 8, 0);
+        m.on_message(&msg(Kind::Eager, 1, 0, 0, 0, b"1234"), None);
+        assert_eq!(m.failed, None);
+        assert_eq!(
+            failed(&mut m, &msg(Kind::Eager, 1, 0, 0, 1, b"12345")),
+            PeerError::TooLarge {
+                seq: 1,
+                len: 5,
+                limit: 4
+            }
         );
     }
 

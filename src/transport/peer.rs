@@ -461,7 +461,7 @@ impl Model {
         }
     }
 
-    /// We send an eager message (if a credit allows), returning `ctl` control credits.
+    /// We send an eager message (if a credit allows); its header carries our returns.
     pub fn send_eager(&mut self) {
         if self.failed.is_none() && self.credits.data > 0 {
             self.credits.data -= 1;

@@ -188,6 +188,7 @@ fn a_rendezvous_above_the_receivers_largest_message_fails_only_its_endpoint() {
     let b = env!("CARGO_BIN_EXE_openib");
     let script = format!(
         "echo '=== uneven'; {b} run -n 2 --timeout 120 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_MAX_MSG_SIZE=65536; fi; exec {b} bench --iters 3 --sizes 1048576' 2>&1; echo \"exit $?\"\n\
+         echo '=== uneven-srq'; OPENIB_SRQ=on {b} run -n 2 --timeout 120 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_MAX_MSG_SIZE=65536; fi; exec {b} bench --iters 3 --sizes 1048576' 2>&1; echo \"exit $?\"\n\
          echo '=== both'; OPENIB_MAX_MSG_SIZE=65536 {b} run -n 2 --timeout 120 -- {b} bench --iters 3 --sizes 1048576 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n"
     );
@@ -200,6 +201,14 @@ fn a_rendezvous_above_the_receivers_largest_message_fails_only_its_endpoint() {
             && !uneven.contains("panicked")
             && !uneven.contains("memory allocation"),
         "{uneven}"
+    );
+    // The same through the shared receive queue (the RTS's buffer is reposted all the same).
+    let srq = harness::section(&out, "uneven-srq").unwrap_or_else(|| panic!("no srq: {out}"));
+    assert!(
+        srq.contains("announces 1048576 bytes, above this side's largest message (OPENIB_MAX_MSG_SIZE=65536)")
+            && !srq.contains("exit 0")
+            && !srq.contains("panicked"),
+        "{srq}"
     );
     let both = harness::section(&out, "both").unwrap_or_else(|| panic!("no both: {out}"));
     assert!(

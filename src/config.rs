@@ -609,6 +609,16 @@ pub static SETTINGS: &[Setting] = &[
         "largest single RDMA read of a rendezvous transfer, in bytes",
     ),
     Setting::new(
+        "OPENIB_MAX_MSG_SIZE",
+        C::Transport,
+        Kind::Int {
+            min: 4096,
+            max: 1 << 40,
+        },
+        Some("1073741824"),
+        "largest message, in bytes: a send above it is refused; a peer announcing more (a rendezvous or a train) fails its endpoint before anything is allocated for it",
+    ),
+    Setting::new(
         "OPENIB_RNDV_PROTOCOL",
         C::Transport,
         Kind::Enum(&["auto", "write", "read", "split"]),

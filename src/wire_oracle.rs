@@ -7,11 +7,18 @@
 //!
 //! Rejection is always fine; only a panic inside a decoder or a broken promise is a bug. The
 //! seed functions give one valid input per message kind, the fuzzers' starting corpus.
+//!
+//! The transport target also reads its input as a script of peer messages and local steps
+//! ([`check_transport_session`]) that drives the receive path's checks and bookkeeping
+//! ([`crate::transport::peer`]) on a verbs-free endpoint: any panic, overflow or allocation
+//! beyond the endpoint's limits is a bug; a failed endpoint is fine.
 
 use crate::runtime::fence::FenceMsg;
 use crate::runtime::resilient::{example_messages, Gathered, ResMsg};
 use crate::runtime::wire::{self, Entry, Msg};
 use crate::runtime::Scope;
+use crate::transport::peer::PeerLimits;
+use crate::transport::peer_model::Model;
 use crate::transport::wire::{Header, Kind, Rts, HDR, RTS_LEN};
 
 /// Checks one transport message (header and payload, as a receive buffer holds it); returns
@@ -35,6 +42,266 @@ pub fn check_transport_msg(b: &[u8]) -> bool {
     }
     assert_eq!(again, canonical, "write(parse(b)) != b");
     true
+}
+
+/// Largest message of the scripted endpoint: small, so that scripts of a few KiB reach it.
+pub const SESSION_MAX_MSG: u64 = 2048;
+
+/// Script opcodes of [`check_transport_session`] (the low 3 bits of a step's first byte).
+pub mod op {
+    /// u16 length, then that many bytes: a message as it arrived.
+    pub const RAW: u8 = 0;
+    /// kind, tag, credits u16, ctl, seq u32, length u8, payload: a message with a header
+    /// written for it (its length field right).
+    pub const MSG: u8 = 1;
+    /// immediate u32, length u8, payload: an `EAGER` with its header in the immediate data.
+    pub const IMM: u8 = 2;
+    /// kind (RTS, CTS, CTS_HEAD by value mod 3), tag, credits u16, ctl, seq u32, address
+    /// u64, rkey u32, length u64: a rendezvous message.
+    pub const REGION: u8 = 3;
+    /// length u32: we send a rendezvous of that many bytes.
+    pub const SEND_RNDV: u8 = 4;
+    /// we send an eager message.
+    pub const SEND_EAGER: u8 = 5;
+    /// our side moves (a rendezvous to us gets its buffer, CTS and reads).
+    pub const PROGRESS: u8 = 6;
+}
+
+/// Runs `b` as a script against a verbs-free endpoint (its first byte picks the rendezvous
+/// protocol: read, write or split; then steps, see [`op`]): every peer message goes through
+/// the transport's receive checks ([`crate::transport::peer::receive`]) and the endpoint
+/// applies it as the transport does. Panics on a panic, an overflow, or an allocation beyond
+/// the limits; returns whether the script was whole (no step cut short).
+pub fn check_transport_session(b: &[u8]) -> bool {
+    run_session(b).0
+}
+
+/// [`check_transport_session`], and the endpoint as the script left it.
+fn run_session(b: &[u8]) -> (bool, Option<Model>) {
+    let mut r = Reader(b);
+    let Some(proto) = r.u8() else {
+        return (false, None);
+    };
+    let limits = PeerLimits {
+        max_msg: SESSION_MAX_MSG,
+    };
+    let mut m = Model::new(limits, 16, [0, 100, 50][proto as usize % 3]);
+    let mut buf = Vec::new();
+    while let Some(step) = r.u8() {
+        let whole = match step & 7 {
+            op::RAW => r.u16().and_then(|n| r.take(n as usize)).map(|msg| {
+                m.on_message(msg, None);
+            }),
+            op::MSG => (|| {
+                let (kind, tag, credits, ctl, seq) =
+                    (r.u8()?, r.u8()?, r.u16()?, r.u8()?, r.u32()?);
+                let n = r.u8()? as usize;
+                let payload = r.take(n)?;
+                buf.clear();
+                buf.resize(HDR + n, 0);
+                Header {
+                    tag,
+                    kind: Kind::Eager,
+                    credits,
+                    ctl,
+                    length: n as u16,
+                    seq,
+                }
+                .write(&mut buf);
+                buf[1] = kind; // any kind byte, known or not
+                buf[HDR..].copy_from_slice(payload);
+                m.on_message(&buf, None);
+                Some(())
+            })(),
+            op::IMM => (|| {
+                let imm = r.u32()?;
+                let n = r.u8()? as usize;
+                m.on_message(r.take(n)?, Some(imm));
+                Some(())
+            })(),
+            op::REGION => (|| {
+                let kind = [Kind::Rts, Kind::Cts, Kind::CtsHead][r.u8()? as usize % 3];
+                let (tag, credits, ctl, seq) = (r.u8()?, r.u16()?, r.u8()?, r.u32()?);
+                let region = Rts {
+                    addr: r.u64()?,
+                    rkey: r.u32()?,
+                    len: r.u64()?,
+                };
+                buf.clear();
+                buf.resize(HDR + RTS_LEN, 0);
+                Header {
+                    tag,
+                    kind,
+                    credits,
+                    ctl,
+                    length: RTS_LEN as u16,
+                    seq,
+                }
+                .write(&mut buf);
+                region.write(&mut buf[HDR..]);
+                m.on_message(&buf, None);
+                Some(())
+            })(),
+            op::SEND_RNDV => r.u32().map(|len| m.send_rndv(len.into())),
+            op::SEND_EAGER => {
+                m.send_eager();
+                Some(())
+            }
+            _ => {
+                m.progress();
+                Some(())
+            }
+        };
+        if whole.is_none() {
+            return (false, Some(m));
+        }
+        assert!(m.largest_alloc <= SESSION_MAX_MSG.max(crate::transport::wire::MAX_TRAIN as u64));
+    }
+    (true, Some(m))
+}
+
+/// Builds [`check_transport_session`] scripts.
+struct Script(Vec<u8>);
+
+impl Script {
+    fn new(proto: u8) -> Script {
+        Script(vec![proto])
+    }
+    fn msg(mut self, kind: Kind, tag: u8, credits: u16, seq: u32, payload: &[u8]) -> Script {
+        self.0.extend([op::MSG, kind as u8, tag]);
+        self.0.extend(credits.to_le_bytes());
+        self.0.push(0);
+        self.0.extend(seq.to_le_bytes());
+        self.0.push(payload.len() as u8);
+        self.0.extend(payload);
+        self
+    }
+    fn imm(mut self, imm: u32, payload: &[u8]) -> Script {
+        self.0.push(op::IMM);
+        self.0.extend(imm.to_le_bytes());
+        self.0.push(payload.len() as u8);
+        self.0.extend(payload);
+        self
+    }
+    fn region(mut self, kind: Kind, tag: u8, seq: u32, addr: u64, len: u64) -> Script {
+        let k = match kind {
+            Kind::Rts => 0,
+            Kind::Cts => 1,
+            _ => 2,
+        };
+        self.0.extend([op::REGION, k, tag, 0, 0, 0]);
+        self.0.extend(seq.to_le_bytes());
+        self.0.extend(addr.to_le_bytes());
+        self.0.extend(0x77u32.to_le_bytes());
+        self.0.extend(len.to_le_bytes());
+        self
+    }
+    fn step(mut self, op: u8) -> Script {
+        self.0.push(op);
+        self
+    }
+    fn send_rndv(mut self, len: u32) -> Script {
+        self.0.push(op::SEND_RNDV);
+        self.0.extend(len.to_le_bytes());
+        self
+    }
+}
+
+/// Scripts for [`check_transport_session`]: honest exchanges under each rendezvous protocol
+/// (the first three), then peers that break one limit each.
+pub fn transport_session_seeds() -> Vec<Vec<u8>> {
+    use crate::transport::wire::ImmHeader;
+    let imm = |tag, seq| ImmHeader::fitting(tag, 0, 0, seq).expect("fits").encode();
+    let train_piece = [0x54u8; 255];
+    let mut long_train = Script::new(0);
+    for _ in 0..9 {
+        long_train = long_train.msg(Kind::Frag, 3, 0, 0, &train_piece);
+    }
+    vec![
+        // read: eager, immediate, a train, a rendezvous read, an eager held behind it
+        Script::new(0)
+            .msg(Kind::Eager, 1, 0, 0, b"hello")
+            .imm(imm(2, 1), b"imm")
+            .msg(Kind::Frag, 3, 0, 2, b"ab")
+            .msg(Kind::Eager, 3, 0, 2, b"c")
+            .region(Kind::Rts, 4, 3, 0x7f00_0000_1000, 1500)
+            .msg(Kind::Eager, 5, 0, 4, b"held")
+            .step(op::PROGRESS)
+            .msg(Kind::Credit, 0, 0, 0, b""),
+        // write: our rendezvous written after the peer's CTS; theirs after our CTS and WRITTEN
+        Script::new(1)
+            .send_rndv(5000)
+            .region(Kind::Cts, 0, 0, 0x7f00_0000_2000, 5000)
+            .step(op::SEND_EAGER)
+            .msg(Kind::Credit, 0, 2, 0, b"")
+            .region(Kind::Rts, 1, 0, 0x7f00_0000_3000, 2000)
+            .step(op::PROGRESS)
+            .msg(Kind::Written, 0, 0, 0, b""),
+        // split: a CTS_HEAD and a FIN for ours; the head written and the rest read for theirs
+        Script::new(2)
+            .send_rndv(9000)
+            .region(Kind::CtsHead, 0, 0, 0x7f00_0000_4000, 4096)
+            .msg(Kind::Fin, 0, 1, 0, b"")
+            .region(Kind::Rts, 1, 0, 0x7f00_0000_5000, 2048)
+            .step(op::PROGRESS)
+            .msg(Kind::Written, 0, 0, 0, b""),
+        // a rendezvous above the largest message
+        Script::new(0)
+            .region(Kind::Rts, 1, 0, 0x1000, u64::MAX)
+            .step(op::PROGRESS),
+        // a CTS whose region wraps the address space
+        Script::new(1)
+            .send_rndv(8192)
+            .region(Kind::Cts, 0, 0, u64::MAX - 4095, 8192),
+        // credits never lent
+        Script::new(0).msg(Kind::Credit, 0, u16::MAX, 0, b""),
+        // a train past the largest message
+        long_train.msg(Kind::Eager, 3, 0, 0, b"end"),
+        // more messages than credits granted (16 buffers, 14 for data)
+        (0..15).fold(Script::new(0), |s, seq| s.msg(Kind::Eager, 1, 0, seq, b"x")),
+    ]
+    .into_iter()
+    .map(|s| s.0)
+    .collect()
+}
+
+/// The transport target's corpus: [`transport_seeds`], then [`transport_session_seeds`].
+pub fn transport_corpus() -> Vec<Vec<u8>> {
+    let mut all = transport_seeds();
+    all.extend(transport_session_seeds());
+    all
+}
+
+/// A transport fuzz input: one message ([`check_transport_msg`]) and a script
+/// ([`check_transport_session`]) at once; accepted if either is.
+pub fn check_transport_input(b: &[u8]) -> bool {
+    let msg = check_transport_msg(b);
+    check_transport_session(b) || msg
+}
+
+/// Little-endian fields off the front of a script.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        let (a, rest) = (self.0.get(..n)?, &self.0[n..]);
+        self.0 = rest;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        self.take(1).map(|b| b[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        self.take(2).map(|b| u16::from_le_bytes([b[0], b[1]]))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().expect("8")))
+    }
 }
 
 /// Checks one frame of the embedded runtime's client/server protocol.
@@ -158,6 +425,62 @@ mod tests {
         }
         for s in fence_seeds() {
             assert!(check_fence_msg(&s), "{s:?}");
+        }
+    }
+
+    /// The honest scripts run to the end with every message delivered; each hostile one
+    /// fails the endpoint with the error naming its number.
+    #[test]
+    fn session_seeds_are_whole_and_fail_only_where_a_limit_is_broken() {
+        use crate::transport::flow::{CreditError, TrainError};
+        use crate::transport::peer::PeerError;
+        let seeds = transport_session_seeds();
+        let runs: Vec<Model> = seeds
+            .iter()
+            .map(|s| {
+                let (whole, m) = run_session(s);
+                assert!(whole, "{s:?}");
+                m.expect("ran")
+            })
+            .collect();
+        for (m, delivered) in runs[..3].iter().zip([5, 1, 1]) {
+            assert_eq!((m.failed.clone(), m.delivered), (None, delivered));
+        }
+        assert!(matches!(
+            runs[3].failed,
+            Some(PeerError::TooLarge {
+                len: u64::MAX,
+                limit: SESSION_MAX_MSG,
+                ..
+            })
+        ));
+        assert_eq!(runs[3].largest_alloc, 0);
+        assert!(matches!(
+            runs[4].failed,
+            Some(PeerError::Wraps {
+                kind: Kind::Cts,
+                ..
+            })
+        ));
+        assert!(matches!(runs[5].failed, Some(PeerError::Credits(_))));
+        assert!(matches!(
+            runs[7].failed,
+            Some(PeerError::Credits(CreditError::Overrun { granted: 14, .. }))
+        ));
+        assert_eq!(runs[7].delivered, 14);
+        assert!(matches!(
+            runs[6].failed,
+            Some(PeerError::Train(TrainError::TooLong {
+                len: 2295,
+                limit: 2048,
+                ..
+            }))
+        ));
+        for s in &seeds {
+            assert!(check_transport_input(s));
+            for n in 0..s.len() {
+                check_transport_session(&s[..n]);
+            }
         }
     }
 

@@ -318,3 +318,25 @@ fn other_commands_refuse_a_bad_setting_from_the_file() {
         "{doc}"
     );
 }
+
+/// Issue 27: the largest message a process sends or accepts is a setting `openib config` shows,
+/// with its default and its range checked.
+#[test]
+fn the_largest_message_is_a_setting_with_a_default_and_a_range() {
+    let d = Dir::new("maxmsg", "");
+    let o = openib(&["config", "max-msg-size"], &d.conf(), &[]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let t = stdout(&o);
+    assert_eq!(
+        row(&t, "OPENIB_MAX_MSG_SIZE")[..4],
+        ["OPENIB_MAX_MSG_SIZE", "1073741824", "default", "1073741824"]
+    );
+    assert!(row(&t, "OPENIB_MAX_MSG_SIZE")[4].contains("refused"), "{t}");
+    let o = openib(
+        &["config", "max_msg_size"],
+        &d.conf(),
+        &[("OPENIB_MAX_MSG_SIZE", "100")],
+    );
+    assert_ne!(o.status.code(), Some(0), "{}", stdout(&o));
+    assert!(stdout(&o).contains("OPENIB_MAX_MSG_SIZE"), "{}", stdout(&o));
+}

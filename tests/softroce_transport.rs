@@ -234,3 +234,45 @@ fn long_one_way_stream_of_small_messages_does_not_stall() {
         );
     }
 }
+
+/// Issue 27: a peer that announces a rendezvous above this side's `OPENIB_MAX_MSG_SIZE`
+/// (rank 1 allows 64 KiB, rank 0 sends 1 MiB) fails that endpoint with the number and the
+/// limit, before anything is allocated for it: no abort, and the error is named. A send above
+/// the sender's own limit is refused at once.
+#[test]
+fn a_rendezvous_above_the_receivers_largest_message_fails_only_its_endpoint() {
+    if harness::skip_guest("softroce_transport") {
+        return;
+    }
+    let b = env!("CARGO_BIN_EXE_openib");
+    let script = format!(
+        "echo '=== uneven'; {b} run -n 2 --timeout 120 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_MAX_MSG_SIZE=65536; fi; exec {b} bench --iters 3 --sizes 1048576' 2>&1; echo \"exit $?\"\n\
+         echo '=== uneven-srq'; OPENIB_SRQ=on {b} run -n 2 --timeout 120 -- sh -c 'if [ \"$OPENIB_RT_RANK\" = 1 ]; then export OPENIB_MAX_MSG_SIZE=65536; fi; exec {b} bench --iters 3 --sizes 1048576' 2>&1; echo \"exit $?\"\n\
+         echo '=== both'; OPENIB_MAX_MSG_SIZE=65536 {b} run -n 2 --timeout 120 -- {b} bench --iters 3 --sizes 1048576 2>&1; echo \"exit $?\"\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    let uneven = harness::section(&out, "uneven").unwrap_or_else(|| panic!("no uneven: {out}"));
+    assert!(
+        uneven.contains("announces 1048576 bytes, above this side's largest message (OPENIB_MAX_MSG_SIZE=65536)")
+            && uneven.contains("the endpoint to rank 0 failed")
+            && !uneven.contains("exit 0")
+            && !uneven.contains("panicked")
+            && !uneven.contains("memory allocation"),
+        "{uneven}"
+    );
+    // The same through the shared receive queue (the RTS's buffer is reposted all the same).
+    let srq = harness::section(&out, "uneven-srq").unwrap_or_else(|| panic!("no srq: {out}"));
+    assert!(
+        srq.contains("announces 1048576 bytes, above this side's largest message (OPENIB_MAX_MSG_SIZE=65536)")
+            && !srq.contains("exit 0")
+            && !srq.contains("panicked"),
+        "{srq}"
+    );
+    let both = harness::section(&out, "both").unwrap_or_else(|| panic!("no both: {out}"));
+    assert!(
+        both.contains("message of 1048576 bytes exceeds the limit of 65536")
+            && !both.contains("exit 0"),
+        "{both}"
+    );
+}

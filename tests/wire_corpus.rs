@@ -11,8 +11,8 @@ compile_error!(
 );
 
 use openib::wire_oracle::{
-    check_fence_msg, check_runtime_msg, check_transport_msg, fence_seeds, runtime_seeds,
-    transport_seeds,
+    check_fence_msg, check_runtime_msg, check_transport_input, fence_seeds, runtime_seeds,
+    transport_corpus,
 };
 use std::path::{Path, PathBuf};
 
@@ -20,7 +20,7 @@ type Check = fn(&[u8]) -> bool;
 type Seeds = fn() -> Vec<Vec<u8>>;
 
 const TARGETS: [(&str, Check, Seeds); 3] = [
-    ("transport_msg", check_transport_msg, transport_seeds),
+    ("transport_msg", check_transport_input, transport_corpus),
     ("runtime_msg", check_runtime_msg, runtime_seeds),
     ("fence_msg", check_fence_msg, fence_seeds),
 ];

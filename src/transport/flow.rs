@@ -25,6 +25,40 @@ pub struct Credits {
     /// Control buffers likewise.
     pub ctl_to_return: u32,
     threshold: u32,
+    /// Most data credits the peer may lend us: `data` never exceeds it.
+    data_max: u32,
+    /// Control buffers the peer posted for us: `ctl` never exceeds it.
+    ctl_max: u32,
+    /// Data and control messages the peer may still send us: what it started with plus the
+    /// returns we sent it, less what arrived ([`Credits::on_arrival`]).
+    peer_data: u32,
+    peer_ctl: u32,
+    /// Data and control credits granted the peer in all (for the error).
+    granted: [u64; 2],
+}
+
+/// A peer returned credits it never lent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CreditError {
+    #[error(
+        "the peer returned {returned} {kind} credits while we held {held}: {} beyond the {limit} it may lend",
+        (*held as u64 + *returned as u64).saturating_sub(*limit as u64)
+    )]
+    TooMany {
+        /// "data" or "control".
+        kind: &'static str,
+        returned: u32,
+        held: u32,
+        limit: u32,
+    },
+    /// The peer sent a message into a receive buffer it held no credit for (with a shared
+    /// receive queue, a buffer another peer counts on).
+    #[error("the peer sent a {kind} message beyond the {granted} {kind} credits we granted it")]
+    Overrun {
+        kind: &'static str,
+        /// Credits granted in all (initial and returned).
+        granted: u64,
+    },
 }
 
 impl Credits {
@@ -36,7 +70,19 @@ impl Credits {
             to_return: 0,
             ctl_to_return: 0,
             threshold: ((depth - ctl_reserve) / 2).max(1),
+            data_max: depth - ctl_reserve,
+            ctl_max: ctl_reserve,
+            peer_data: depth - ctl_reserve,
+            peer_ctl: ctl_reserve,
+            granted: [(depth - ctl_reserve) as u64, ctl_reserve as u64],
         }
+    }
+
+    /// The peer lends up to `data_max` data credits (its shared receive queue's credit pool
+    /// grants a sending peer more than its base): returns up to that many are accepted.
+    pub fn lending_up_to(mut self, data_max: u32) -> Credits {
+        self.data_max = self.data_max.max(data_max);
+        self
     }
 
     /// The returns to write into the next header (and forget).
@@ -45,13 +91,47 @@ impl Credits {
         let c = self.ctl_to_return.min(u8::MAX as u32);
         self.to_return -= d;
         self.ctl_to_return -= c;
+        self.peer_data = self.peer_data.saturating_add(d);
+        self.peer_ctl = self.peer_ctl.saturating_add(c);
+        self.granted[0] += d as u64;
+        self.granted[1] += c as u64;
         (d as u16, c as u8)
     }
 
-    /// A header arrived with these returns.
-    pub fn on_returns(&mut self, data: u16, ctl: u8) {
+    /// A message of the peer arrived (`ctl`: a credit-only message, in a control buffer):
+    /// refused when the peer had no credit left for it.
+    pub fn on_arrival(&mut self, ctl: bool) -> Result<(), CreditError> {
+        let (left, kind, granted) = if ctl {
+            (&mut self.peer_ctl, "control", self.granted[1])
+        } else {
+            (&mut self.peer_data, "data", self.granted[0])
+        };
+        *left = left
+            .checked_sub(1)
+            .ok_or(CreditError::Overrun { kind, granted })?;
+        Ok(())
+    }
+
+    /// A header arrived with these returns: added, or (nothing added) the error when they
+    /// would give us more credits than the peer may lend.
+    pub fn on_returns(&mut self, data: u16, ctl: u8) -> Result<(), CreditError> {
+        let check = |kind, held: u32, returned: u32, limit: u32| {
+            if held as u64 + returned as u64 > limit as u64 {
+                Err(CreditError::TooMany {
+                    kind,
+                    returned,
+                    held,
+                    limit,
+                })
+            } else {
+                Ok(())
+            }
+        };
+        check("data", self.data, data.into(), self.data_max)?;
+        check("control", self.ctl, ctl.into(), self.ctl_max)?;
         self.data += data as u32;
         self.ctl += ctl as u32;
+        Ok(())
     }
 
     /// We reposted the buffer one of the peer's messages used.
@@ -180,13 +260,26 @@ const KEEP_TRAIN_BUFFER: usize = 256 << 10;
 /// Reassembly of the trains arriving on one endpoint (see [`super::wire`]): the pieces of a
 /// message above the eager limit, `FRAG`s then a last `EAGER`, with the message's tag and
 /// sequence, back to back on the queue pair. Feed it every `FRAG` and every `EAGER` in
-/// arrival order; it never holds more than [`MAX_TRAIN`] bytes.
-#[derive(Debug, Default)]
+/// arrival order; it never holds more than its limit ([`MAX_TRAIN`] bytes, or less:
+/// [`TrainAssembly::set_limit`]), and refuses a `FRAG` without bytes (a sender never cuts one).
+#[derive(Debug)]
 pub struct TrainAssembly {
     /// The train being assembled: sequence, tag, bytes so far.
     open: Option<(u32, u8, Vec<u8>)>,
     /// An empty buffer kept from the last delivered train.
     spare: Vec<u8>,
+    /// Largest message assembled.
+    limit: usize,
+}
+
+impl Default for TrainAssembly {
+    fn default() -> Self {
+        TrainAssembly {
+            open: None,
+            spare: Vec::new(),
+            limit: MAX_TRAIN,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -195,13 +288,33 @@ pub enum TrainError {
     Interleaved { open: u32, got: u32 },
     #[error("a piece of message {seq} has tag {got}, its first piece had tag {first}")]
     TagChanged { seq: u32, first: u8, got: u8 },
-    #[error("message {seq} grew past the largest train ({MAX_TRAIN} bytes)")]
-    TooLong { seq: u32 },
+    #[error("train {seq} grew to {len} bytes, past the largest this side assembles ({limit})")]
+    TooLong { seq: u32, len: u64, limit: u64 },
+    #[error("a piece of train {seq} carries no bytes")]
+    EmptyPiece { seq: u32 },
 }
 
 impl TrainAssembly {
+    /// Assembles messages of at most `limit` bytes (and never above [`MAX_TRAIN`]).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.min(MAX_TRAIN);
+    }
+
+    fn too_long(&self, seq: u32, len: usize) -> TrainError {
+        TrainError::TooLong {
+            seq,
+            len: len as u64,
+            limit: self.limit as u64,
+        }
+    }
+
     /// A `FRAG` of message `seq` arrived.
     pub fn fragment(&mut self, seq: u32, tag: u8, piece: &[u8]) -> Result<(), TrainError> {
+        if piece.is_empty() {
+            self.open = None;
+            return Err(TrainError::EmptyPiece { seq });
+        }
+        let limit = self.limit;
         let (_, _, buf) = match &mut self.open {
             None => self
                 .open
@@ -211,9 +324,10 @@ impl TrainAssembly {
                 open
             }
         };
-        if buf.len() + piece.len() > MAX_TRAIN {
+        let len = buf.len() + piece.len();
+        if len > limit {
             self.open = None;
-            return Err(TrainError::TooLong { seq });
+            return Err(self.too_long(seq, len));
         }
         buf.extend_from_slice(piece);
         Ok(())
@@ -232,8 +346,8 @@ impl TrainAssembly {
         };
         Self::same(open, seq, tag)?;
         let (_, _, mut buf) = self.open.take().expect("checked");
-        if buf.len() + piece.len() > MAX_TRAIN {
-            return Err(TrainError::TooLong { seq });
+        if buf.len() + piece.len() > self.limit {
+            return Err(self.too_long(seq, buf.len() + piece.len()));
         }
         buf.extend_from_slice(piece);
         Ok(Some(buf))
@@ -415,8 +529,8 @@ mod tests {
         a.fragment(10, 1, b"next").unwrap();
         let next = a.finish(10, 1, b"!").unwrap().unwrap();
         assert_eq!(next.as_ptr(), kept);
-        a.fragment(4, 9, b"").unwrap();
-        assert_eq!(a.finish(4, 9, b"y").unwrap().unwrap(), b"y");
+        a.fragment(4, 9, b"x").unwrap();
+        assert_eq!(a.finish(4, 9, b"y").unwrap().unwrap(), b"xy");
         // Across the sequence wrap: trains are matched by equality only.
         a.fragment(u32::MAX, 2, b"last").unwrap();
         assert_eq!(a.finish(u32::MAX, 2, b"!").unwrap().unwrap(), b"last!");
@@ -454,10 +568,15 @@ mod tests {
         let big = vec![0u8; MAX_TRAIN / 2];
         a.fragment(1, 1, &big).unwrap();
         a.fragment(1, 1, &big).unwrap();
-        assert_eq!(a.fragment(1, 1, b"z"), Err(TrainError::TooLong { seq: 1 }));
+        let too_long = |seq| TrainError::TooLong {
+            seq,
+            len: MAX_TRAIN as u64 + 1,
+            limit: MAX_TRAIN as u64,
+        };
+        assert_eq!(a.fragment(1, 1, b"z"), Err(too_long(1)));
         a.fragment(2, 1, &big).unwrap();
         a.fragment(2, 1, &big).unwrap();
-        assert_eq!(a.finish(2, 1, b"z"), Err(TrainError::TooLong { seq: 2 }));
+        assert_eq!(a.finish(2, 1, b"z"), Err(too_long(2)));
     }
 
     proptest! {
@@ -488,6 +607,96 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Regression (issue 27): returns were added unchecked, so a peer could hand us credits
+    /// it never lent (overrunning its own buffers) or overflow the counter (a panic).
+    #[test]
+    fn credit_returns_beyond_what_the_peer_lends_are_refused() {
+        let mut c = Credits::new(8, 2);
+        assert_eq!(
+            c.on_returns(1, 0),
+            Err(CreditError::TooMany {
+                kind: "data",
+                returned: 1,
+                held: 6,
+                limit: 6
+            })
+        );
+        assert_eq!(
+            c.on_returns(0, 1).unwrap_err().to_string(),
+            "the peer returned 1 control credits while we held 2: 1 beyond the 2 it may lend"
+        );
+        assert_eq!((c.data, c.ctl), (6, 2), "a refused return adds nothing");
+        c.data -= 3;
+        c.ctl -= 1;
+        c.on_returns(3, 1).unwrap();
+        // Whatever a hostile peer repeats, nothing overflows and nothing is added.
+        for _ in 0..70_000 {
+            assert!(c.on_returns(u16::MAX, u8::MAX).is_err());
+        }
+        assert_eq!((c.data, c.ctl), (6, 2));
+        // A peer with a shared receive queue lends more than its base.
+        let mut c = Credits::new(8, 2).lending_up_to(20);
+        c.on_returns(14, 0).unwrap();
+        assert!(c.on_returns(1, 0).is_err());
+    }
+
+    /// Regression (issue 27): a peer could send beyond the credits it was granted, filling
+    /// receive buffers (with a shared receive queue, other peers' buffers) unnoticed.
+    #[test]
+    fn messages_beyond_the_granted_credits_are_refused() {
+        let mut c = Credits::new(4, 2);
+        c.on_arrival(false).unwrap();
+        c.on_arrival(false).unwrap();
+        assert_eq!(
+            c.on_arrival(false),
+            Err(CreditError::Overrun {
+                kind: "data",
+                granted: 2
+            })
+        );
+        c.reposted(false);
+        c.take_returns();
+        c.on_arrival(false).unwrap();
+        assert!(c.on_arrival(false).is_err());
+        c.on_arrival(true).unwrap();
+        c.on_arrival(true).unwrap();
+        assert_eq!(
+            c.on_arrival(true).unwrap_err().to_string(),
+            "the peer sent a control message beyond the 2 control credits we granted it"
+        );
+    }
+
+    /// Regression (issue 27): an empty piece kept a train open for nothing, and a train was
+    /// assembled up to 1 MiB whatever this side allows.
+    #[test]
+    fn trains_longer_than_the_limit_or_with_empty_pieces_are_refused() {
+        let mut a = TrainAssembly::default();
+        assert_eq!(
+            a.fragment(3, 1, b""),
+            Err(TrainError::EmptyPiece { seq: 3 })
+        );
+        assert!(!a.is_open());
+        a.set_limit(10);
+        a.fragment(4, 1, b"12345").unwrap();
+        assert_eq!(
+            a.fragment(4, 1, b"678901"),
+            Err(TrainError::TooLong {
+                seq: 4,
+                len: 11,
+                limit: 10
+            })
+        );
+        a.fragment(5, 1, b"12345").unwrap();
+        assert_eq!(a.finish(5, 1, b"67890").unwrap().unwrap(), b"1234567890");
+        a.fragment(6, 1, b"12345").unwrap();
+        assert!(matches!(
+            a.finish(6, 1, b"678901"),
+            Err(TrainError::TooLong { len: 11, .. })
+        ));
+        a.set_limit(usize::MAX);
+        assert_eq!(a.limit, MAX_TRAIN);
     }
 
     #[test]
@@ -563,6 +772,10 @@ mod tests {
                 // deliver one message to i
                 1 if !wire[i].is_empty() => {
                     let m = wire[i].pop_front().unwrap();
+                    sides[i]
+                        .credits
+                        .on_arrival(m.ctl)
+                        .expect("an honest peer sends within its credits");
                     if m.ctl {
                         sides[i].posted_ctl -= 1;
                         assert!(sides[i].posted_ctl >= 0, "control buffers overrun");
@@ -571,7 +784,10 @@ mod tests {
                         assert!(sides[i].posted_data >= 0, "data buffers overrun");
                         sides[i].delivered += 1;
                     }
-                    sides[i].credits.on_returns(m.ret.0, m.ret.1);
+                    sides[i]
+                        .credits
+                        .on_returns(m.ret.0, m.ret.1)
+                        .expect("an honest peer's returns are accepted");
                     if m.ctl {
                         // The transport reposts a control buffer as soon as it is handled.
                         sides[i].posted_ctl += 1;

@@ -40,7 +40,10 @@
 
 mod dropped;
 pub mod flow;
+pub mod peer;
 mod peer_map;
+#[cfg(any(test, feature = "wire-oracle"))]
+pub mod peer_model;
 pub mod pool;
 pub mod regcache;
 mod shared;
@@ -60,6 +63,7 @@ use openib_sys::{
     Access, ForeignRegion, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SharedRegion,
     WorkCompletion,
 };
+use peer::{PeerError, PeerLimits, RecvBook, Step};
 use peer_map::PeerMap;
 use regcache::{CacheStats, RegCache};
 use shared_regs::{SharedRegStats, SharedRegs};
@@ -358,6 +362,10 @@ pub struct TransportConfig {
     pub send_depth: u32,
     /// Largest single RDMA read of a rendezvous.
     pub rndv_fragment: u64,
+    /// Largest message sent or received (`OPENIB_MAX_MSG_SIZE`): a send above it is refused
+    /// with [`TransportError::TooLarge`], and a peer announcing more fails its endpoint
+    /// ([`peer::PeerError::TooLarge`]) before anything is allocated.
+    pub max_msg: u64,
     /// Bound on the bytes the registration cache keeps pinned.
     pub pinned_max: u64,
     /// Entries of the port's send and receive completion queues.
@@ -477,6 +485,7 @@ impl TransportConfig {
             recv_depth: config::u32("OPENIB_RECV_DEPTH")?,
             send_depth: config::u32("OPENIB_SEND_DEPTH")?,
             rndv_fragment: config::u64("OPENIB_RNDV_FRAGMENT")?,
+            max_msg: config::u64("OPENIB_MAX_MSG_SIZE")?,
             pinned_max: config::u64("OPENIB_PINNED_MAX")?,
             cq_depth: config::u32("OPENIB_CQ_DEPTH")?,
             srq: match config::choice("OPENIB_SRQ")? {
@@ -521,6 +530,25 @@ impl TransportConfig {
             self.recv_depth
         }
     }
+
+    /// Our credits towards a peer of a job of `size` processes, whose returns are checked
+    /// against what it may lend: its receive buffers, or with the shared receive queue the
+    /// most its credit pool grants one peer (`OPENIB_RECV_DEPTH` less the control reserve;
+    /// like the initial credits, this assumes the job's processes share the setting).
+    pub fn peer_credits(&self, size: u32) -> Credits {
+        let initial = self.initial_credits(size);
+        let c = Credits::new(initial, CTL_RESERVE);
+        if self.srq_for(size) {
+            c.lending_up_to(self.recv_depth.saturating_sub(CTL_RESERVE))
+        } else {
+            c
+        }
+    }
+
+    /// Refuses a message of `len` bytes above `OPENIB_MAX_MSG_SIZE`.
+    pub fn check_msg_len(&self, len: usize) -> Result<(), TransportError> {
+        check_msg_len(len, self.max_msg)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -533,6 +561,9 @@ pub enum TransportError {
     NoPath { peer: u32, why: String },
     #[error("the endpoint to rank {peer} failed: {why}")]
     EndpointFailed { peer: u32, why: String },
+    /// The peer sent a message this side does not allow (see [`peer`]).
+    #[error("the endpoint to rank {peer} failed: {error}")]
+    Peer { peer: u32, error: PeerError },
     #[error("message of {len} bytes exceeds the limit of {limit}")]
     TooLarge { len: usize, limit: usize },
     #[error("tag 0 is reserved for the transport's control messages")]
@@ -620,9 +651,13 @@ pub enum FailureCause {
     /// Its CPC could not connect.
     #[error("{0}")]
     Connect(String),
-    /// A local verbs or protocol error (a malformed message, a failed post).
+    /// A local verbs or protocol error (a failed post).
     #[error("{0}")]
     Local(String),
+    /// The peer broke the protocol or this side's limits (a malformed message, a number out
+    /// of range).
+    #[error("{0}")]
+    Peer(PeerError),
 }
 
 impl FailureCause {
@@ -631,6 +666,7 @@ impl FailureCause {
     fn local(e: TransportError) -> FailureCause {
         match e {
             TransportError::EndpointFailed { why, .. } => FailureCause::Local(why),
+            TransportError::Peer { error, .. } => FailureCause::Peer(error),
             e => FailureCause::Local(e.to_string()),
         }
     }
@@ -967,6 +1003,42 @@ fn release_outgoing(
         peer,
         token: o.token,
     });
+}
+
+/// What the checks of a received message ([`peer::receive`]) need of an endpoint: borrowed
+/// field by field, so the message's bytes can stay borrowed from its receive buffer.
+struct EndpointBook<'a> {
+    credits: &'a mut Credits,
+    reorder: &'a Reorder<Ready>,
+    outgoing: &'a IdMap<Outgoing>,
+    incoming: &'a IdMap<Incoming>,
+}
+
+impl RecvBook for EndpointBook<'_> {
+    fn credits(&mut self) -> &mut Credits {
+        self.credits
+    }
+    fn next_arrival(&self) -> u32 {
+        self.reorder.next_arrival()
+    }
+    fn sending(&self, seq: u32) -> Option<peer::Sending> {
+        self.outgoing.get(&seq).map(|o| {
+            let p = o.progress();
+            peer::Sending {
+                len: p.len,
+                cts: o.cts.is_some(),
+                fin_seen: o.fin_seen,
+                fin_due: p.fin_due(),
+            }
+        })
+    }
+    fn receiving(&self, seq: u32) -> Option<peer::Receiving> {
+        self.incoming.get(&seq).map(|i| peer::Receiving {
+            head: i.head,
+            cts_sent: i.cts_sent,
+            written: i.written,
+        })
+    }
 }
 
 /// A message ready for (or held back from) its callback.
@@ -1441,8 +1513,8 @@ pub struct Transport {
     w: Wireup,
     rt: Box<dyn Runtime>,
     cfg: TransportConfig,
-    /// Credits a sender starts with towards every peer (control credits included).
-    initial_credits: u32,
+    /// Credits a sender starts with towards every peer, and what it may lend.
+    peer_credits: Credits,
     handlers: Vec<Option<Handler>>,
     /// Completions not yet taken; they stay until the caller takes them.
     done: Vec<Completion>,
@@ -1593,7 +1665,7 @@ impl Transport {
             receiving: 0,
             w,
             rt,
-            initial_credits: cfg.initial_credits(size),
+            peer_credits: cfg.peer_credits(size),
             cfg,
             handlers: (0..=255).map(|_| None).collect(),
             done: Vec::new(),
@@ -1843,11 +1915,13 @@ impl Transport {
 
     /// Sends `data` with `tag` to `peer` (connects on first use): eager up to the eager limit,
     /// rendezvous above it. The data is copied: the caller may reuse it at once. Returns a
-    /// token that a later [`Completion`] names.
+    /// token that a later [`Completion`] names. Above `OPENIB_MAX_MSG_SIZE`:
+    /// [`TransportError::TooLarge`] (as for every send).
     pub fn send(&mut self, peer: u32, tag: Tag, data: &[u8]) -> Result<u64, TransportError> {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
+        self.cfg.check_msg_len(data.len())?;
         let token = self.token();
         if data.len() <= self.cfg.eager_limit {
             // Fast path: straight into a bounce slot when nothing waits before it.
@@ -1917,6 +1991,7 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
+        self.cfg.check_msg_len(data.len())?;
         let token = self.token();
         self.endpoint(peer)?;
         let pd = self.w.port().pd.clone();
@@ -1941,9 +2016,14 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
+        let len = region.len();
+        self.cfg.check_msg_len(len)?;
+        if len == 0 {
+            // A rendezvous of nothing is a protocol error at the peer: an empty message.
+            return self.send(peer, tag, &[]);
+        }
         let token = self.token();
         self.endpoint(peer)?;
-        let len = region.len();
         self.enqueue_rts(peer, tag, Source::Foreign(region), len, token)?;
         Ok(token)
     }
@@ -1960,6 +2040,7 @@ impl Transport {
         len: usize,
     ) -> Result<u64, TransportError> {
         check_range(region, offset, len)?;
+        self.cfg.check_msg_len(len)?;
         if len <= self.cfg.eager_limit {
             return self.send(peer, tag, &region.as_slice()[offset..offset + len]);
         }
@@ -1985,6 +2066,7 @@ impl Transport {
                 limit: self.cfg.eager_limit,
             });
         }
+        self.cfg.check_msg_len(data.len())?;
         let slot_len = HDR + self.cfg.eager_limit;
         let ep = self.endpoint(peer)?;
         if let Some(why) = ep.why_not_now() {
@@ -2560,7 +2642,9 @@ impl Transport {
             Access::LOCAL_WRITE,
         )?);
         ep.free_send = (0..send_slots).rev().collect();
-        ep.credits = Credits::new(self.initial_credits, CTL_RESERVE);
+        ep.credits = self.peer_credits.clone();
+        ep.trains
+            .set_limit(self.cfg.max_msg.try_into().unwrap_or(usize::MAX));
         ep.inline_max = c.qp.caps().max_inline_data as usize;
         ep.conn = Some(c);
         ep.state = EndpointState::Connected;
@@ -2705,7 +2789,8 @@ impl Transport {
 
     /// Handles a received message in buffer `id` (a slot of the endpoint's own buffers, or of
     /// the shared receive queue with `kind` [`KIND_SRQ`]), then reposts the buffer and counts
-    /// the credit it returns. A buffer of the SRQ is reposted whatever became of its sender.
+    /// the credit it returns. A buffer of the SRQ is reposted whatever became of its sender,
+    /// and whatever the message was: the other peers' credits count on it.
     fn on_recv(
         &mut self,
         peer: u32,
@@ -2714,8 +2799,31 @@ impl Transport {
         len: usize,
         imm: Option<u32>,
     ) -> Result<(), TransportError> {
+        let mut reposted = false;
+        let r = self.handle_recv(peer, kind, id, len, imm, &mut reposted);
+        if r.is_err() && kind == KIND_SRQ && !reposted {
+            if let Some(Err(e)) = self.srq.as_mut().map(|s| s.repost(id)) {
+                tracing::warn!(error = %e, "SRQ buffer not reposted");
+            }
+        }
+        r
+    }
+
+    /// [`Transport::on_recv`]; `reposted`: an SRQ buffer was (or was tried to be) reposted.
+    fn handle_recv(
+        &mut self,
+        peer: u32,
+        kind: u64,
+        id: u32,
+        len: usize,
+        imm: Option<u32>,
+        reposted: &mut bool,
+    ) -> Result<(), TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
         let rndv = self.cfg.rndv;
+        let limits = PeerLimits {
+            max_msg: self.cfg.max_msg,
+        };
         // A rendezvous completed by this message is delivered once its buffer is reposted.
         let mut deliver = false;
         let Transport {
@@ -2732,6 +2840,7 @@ impl Transport {
             .filter(|ep| ep.state == EndpointState::Connected);
         let Some(ep) = live else {
             if kind == KIND_SRQ {
+                *reposted = true;
                 srq.as_mut().expect("SRQ buffer").repost(id)?;
             }
             return Ok(());
@@ -2749,139 +2858,96 @@ impl Transport {
             (mr, id as usize * slot_len)
         };
         let b = &mr.as_slice()[off..off + len.min(slot_len)];
-        let (h, payload) = match imm {
-            // The header in the immediate data: an eager message, the next one due.
-            Some(imm) => {
-                let i = ImmHeader::decode(imm);
-                let seq = ep.reorder.next_arrival();
-                if i.seq_low != seq as u8 {
-                    return Err(bad(format!(
-                        "malformed message: sequence ending in {:#04x} where {seq} is due",
-                        i.seq_low
-                    )));
-                }
-                let h = Header {
-                    tag: i.tag,
-                    kind: Kind::Eager,
-                    credits: i.credits,
-                    ctl: i.ctl,
-                    length: b.len() as u16,
-                    seq,
-                };
-                (h, b)
-            }
-            None => Header::parse(b).map_err(|e| bad(format!("malformed message: {e}")))?,
+        // Every number the peer sent is checked here, before anything below uses it.
+        let mut book = EndpointBook {
+            credits: &mut ep.credits,
+            reorder: &ep.reorder,
+            outgoing: &ep.outgoing,
+            incoming: &ep.incoming,
         };
-        ep.credits.on_returns(h.credits, h.ctl);
-        match h.kind {
-            Kind::Credit => {}
-            Kind::Fin => {
-                let o = ep
-                    .outgoing
-                    .get_mut(&h.seq)
-                    .ok_or_else(|| bad(format!("FIN for unknown rendezvous {}", h.seq)))?;
-                if o.fin_seen {
-                    return Err(bad(format!("second FIN for rendezvous {}", h.seq)));
-                }
-                if !o.progress().fin_due() {
-                    return Err(bad(format!("FIN after CTS for rendezvous {}", h.seq)));
-                }
+        let step = peer::receive(&mut book, &limits, b, imm)
+            .map_err(|error| TransportError::Peer { peer, error })?;
+        let bad = |e: PeerError| TransportError::Peer { peer, error: e };
+        let ctl = matches!(step, Step::Credit);
+        match step {
+            Step::Credit => {}
+            Step::Fin { seq } => {
+                let o = ep.outgoing.get_mut(&seq).expect("checked");
                 o.fin_seen = true;
                 if o.finished() {
-                    release_outgoing(ep, peer, h.seq, cache, done);
+                    release_outgoing(ep, peer, seq, cache, done);
                 }
             }
-            Kind::Cts | Kind::CtsHead => {
-                let region = Rts::parse(payload).map_err(|e| bad(e.to_string()))?;
-                let o = ep
-                    .outgoing
-                    .get_mut(&h.seq)
-                    .ok_or_else(|| bad(format!("CTS for unknown rendezvous {}", h.seq)))?;
-                if o.cts.is_some() || o.fin_seen {
-                    return Err(bad(format!("second CTS for rendezvous {}", h.seq)));
-                }
-                let fits = match h.kind {
-                    Kind::Cts => region.len == o.len as u64,
-                    _ => region.len > 0 && region.len < o.len as u64,
-                };
-                if !fits {
-                    return Err(bad(format!(
-                        "{:?} of {} bytes for the {}-byte rendezvous {}",
-                        h.kind, region.len, o.len, h.seq
-                    )));
-                }
+            Step::Cts { seq, region } => {
+                let o = ep.outgoing.get_mut(&seq).expect("checked");
                 o.cts = Some(region);
-                ep.to_write.push_back(h.seq);
-                tracing::trace!(
-                    peer,
-                    seq = h.seq,
-                    head = region.len,
-                    "rendezvous CTS received"
-                );
+                ep.to_write.push_back(seq);
+                tracing::trace!(peer, seq, head = region.len, "rendezvous CTS received");
             }
-            Kind::Written => {
-                let inc = ep
-                    .incoming
-                    .get_mut(&h.seq)
-                    .filter(|i| i.head > 0 && i.cts_sent && !i.written)
-                    .ok_or_else(|| bad(format!("WRITTEN for no CTS of rendezvous {}", h.seq)))?;
+            Step::Written { seq } => {
+                let inc = ep.incoming.get_mut(&seq).expect("checked");
                 inc.written = true;
-                tracing::trace!(peer, seq = h.seq, "rendezvous WRITTEN received");
+                tracing::trace!(peer, seq, "rendezvous WRITTEN received");
                 if inc.complete() {
                     ep.reorder
-                        .complete(h.seq, Ready::Rndv { seq: h.seq })
-                        .map_err(|e| bad(e.to_string()))?;
+                        .complete(seq, Ready::Rndv { seq })
+                        .map_err(|e| bad(e.into()))?;
                     deliver = true;
                 }
             }
-            Kind::Frag => {
+            Step::Frag { seq, tag, piece } => {
                 ep.trains
-                    .fragment(h.seq, h.tag, payload)
-                    .map_err(|e| bad(e.to_string()))?;
+                    .fragment(seq, tag, piece)
+                    .map_err(|e| bad(e.into()))?;
             }
-            Kind::Eager if ep.trains.is_open() => {
+            Step::Eager {
+                seq,
+                tag,
+                data: payload,
+            } if ep.trains.is_open() => {
                 let data = ep
                     .trains
-                    .finish(h.seq, h.tag, payload)
-                    .map_err(|e| bad(e.to_string()))?
+                    .finish(seq, tag, payload)
+                    .map_err(|e| bad(e.into()))?
                     .expect("a train is open");
-                if ep.reorder.pass(h.seq) {
+                if ep.reorder.pass(seq) {
                     ep.stats.delivered += 1;
-                    call(handlers, peer, h.tag, &data);
+                    call(handlers, peer, tag, &data);
                     ep.trains.recycle(data);
                 } else {
                     ep.reorder
-                        .arrive(h.seq, Some(Ready::Eager { tag: h.tag, data }))
-                        .map_err(|e| bad(e.to_string()))?;
+                        .arrive(seq, Some(Ready::Eager { tag, data }))
+                        .map_err(|e| bad(e.into()))?;
                 }
             }
-            Kind::Eager => {
-                if ep.reorder.pass(h.seq) {
+            Step::Eager {
+                seq,
+                tag,
+                data: payload,
+            } => {
+                if ep.reorder.pass(seq) {
                     // In order with nothing held: the callback reads the receive buffer itself,
                     // which is reposted after it returns.
                     ep.stats.delivered += 1;
-                    call(handlers, peer, h.tag, payload);
+                    call(handlers, peer, tag, payload);
                 } else {
                     let data = payload.to_vec();
                     ep.reorder
-                        .arrive(h.seq, Some(Ready::Eager { tag: h.tag, data }))
-                        .map_err(|e| bad(e.to_string()))?;
+                        .arrive(seq, Some(Ready::Eager { tag, data }))
+                        .map_err(|e| bad(e.into()))?;
                 }
             }
-            Kind::Rts => {
-                let rts = Rts::parse(payload).map_err(|e| bad(e.to_string()))?;
-                ep.reorder
-                    .arrive(h.seq, None)
-                    .map_err(|e| bad(e.to_string()))?;
+            Step::Rts { seq, tag, rts } => {
+                ep.reorder.arrive(seq, None).map_err(|e| bad(e.into()))?;
                 ep.incoming
-                    .insert(h.seq, Incoming::new(h.tag, rts, rndv.head(rts.len)));
-                ep.to_read.push_back(h.seq);
-                tracing::trace!(peer, seq = h.seq, len = rts.len, "rendezvous RTS received");
+                    .insert(seq, Incoming::new(tag, rts, rndv.head(rts.len)));
+                ep.to_read.push_back(seq);
+                tracing::trace!(peer, seq, len = rts.len, "rendezvous RTS received");
             }
         }
-        let ctl = h.kind == Kind::Credit;
         if kind == KIND_SRQ {
             let s = srq.as_mut().expect("SRQ buffer");
+            *reposted = true;
             s.repost(id)?;
             if ctl {
                 ep.credits.reposted(true);
@@ -3309,6 +3375,17 @@ fn call(handlers: &mut [Option<Handler>], peer: u32, tag: Tag, data: &[u8]) {
     }
 }
 
+/// [`TransportError::TooLarge`] for a message of `len` bytes above `max_msg`.
+fn check_msg_len(len: usize, max_msg: u64) -> Result<(), TransportError> {
+    if len as u64 > max_msg {
+        return Err(TransportError::TooLarge {
+            len,
+            limit: max_msg.try_into().unwrap_or(usize::MAX),
+        });
+    }
+    Ok(())
+}
+
 fn check_range(mr: &MemoryRegion, offset: usize, len: usize) -> Result<(), TransportError> {
     if offset.checked_add(len).is_none_or(|e| e > mr.len()) {
         return Err(TransportError::Range {
@@ -3329,6 +3406,41 @@ fn check_remote(remote: &RemoteRegion, roffset: u64, len: u64) -> Result<(), Tra
         });
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod limit_tests {
+    use super::*;
+
+    /// Regression (issue 27): a send of any length went out, for the peer to allocate.
+    #[test]
+    fn a_send_above_the_largest_message_is_refused() {
+        assert!(check_msg_len(1 << 20, 1 << 20).is_ok());
+        let e = check_msg_len((1 << 20) + 1, 1 << 20).unwrap_err();
+        assert!(matches!(
+            e,
+            TransportError::TooLarge {
+                len: 1_048_577,
+                limit: 1_048_576
+            }
+        ));
+        assert_eq!(
+            e.to_string(),
+            "message of 1048577 bytes exceeds the limit of 1048576"
+        );
+    }
+
+    /// With the SRQ, a peer's credit pool lends up to `OPENIB_RECV_DEPTH` less the control
+    /// reserve; without it, exactly the receive buffers.
+    #[test]
+    fn peer_credits_accept_what_the_peer_may_lend_and_no_more() {
+        let pool = pool::CreditPool::new(256, 8 - CTL_RESERVE, CTL_RESERVE, 64 - CTL_RESERVE);
+        let lend_max = 64 - CTL_RESERVE;
+        let mut c = Credits::new(8, CTL_RESERVE).lending_up_to(lend_max);
+        assert_eq!(c.data, pool.per_peer() - CTL_RESERVE);
+        c.on_returns((lend_max - c.data) as u16, 0).unwrap();
+        assert!(c.on_returns(1, 0).is_err());
+    }
 }
 
 #[cfg(test)]

@@ -258,7 +258,7 @@ mod tests {
             *posted += pool.per_peer() as i64;
             pool.admit(s.len() as u32);
             s.push(Sender {
-                send: Credits::new(base + CTL, CTL),
+                send: Credits::new(base + CTL, CTL).lending_up_to(max),
                 recv: Credits::new(base + CTL, CTL),
                 backlog: msgs,
                 delivered: 0,
@@ -295,9 +295,12 @@ mod tests {
                 // the receiver takes the next message off the wire into an SRQ buffer
                 3 | 4 if !to_rx.is_empty() => {
                     let (p, data, d, c) = to_rx.pop_front().unwrap();
+                    s[p].recv
+                        .on_arrival(!data)
+                        .expect("a sender that obeys its credits");
                     posted -= 1;
                     assert!(posted >= 0, "SRQ ran dry: receiver-not-ready");
-                    s[p].recv.on_returns(d, c);
+                    s[p].recv.on_returns(d, c).expect("honest returns");
                     s[p].delivered += u32::from(data);
                     consumed.push((p, data));
                 }
@@ -324,13 +327,13 @@ mod tests {
                     }
                     if let Some((q, d, c)) = to_tx.pop_front() {
                         let y = &mut s[q];
-                        y.send.on_returns(d, c);
+                        y.send.on_returns(d, c).expect("the pool lends at most max");
                         y.send.reposted(true);
                         // the sender's next message carries the control return; if it has
                         // nothing to send, a control credit comes back to the receiver now
                         if y.backlog == 0 {
                             let (d2, c2) = y.send.take_returns();
-                            y.recv.on_returns(d2, c2);
+                            y.recv.on_returns(d2, c2).expect("honest returns");
                         }
                     }
                 }

@@ -28,7 +28,8 @@
 //! or more `FRAG` pieces, then the last piece as an `EAGER`, all with the message's tag and
 //! sequence, posted back to back (only `CREDIT`, `FIN`, `CTS` and `WRITTEN` can come between
 //! them). The receiver appends the pieces and delivers the message with its last piece; it
-//! accepts trains of up to [`MAX_TRAIN`] bytes whatever its own settings. No handshake: on a
+//! accepts trains of up to [`MAX_TRAIN`] bytes (and its largest message) whatever its own train
+//! limit. What else a receiver checks of a peer's numbers: [`super::peer`]. No handshake: on a
 //! fabric where a message costs more than copying its bytes, this beats the rendezvous below.
 //!
 //! An `EAGER` message may instead carry its header in the 32-bit immediate data of a send with

@@ -165,7 +165,9 @@ fn code_of(e: &TransportError) -> c_int {
         }
         TransportError::Wireup(PingError::Verbs(v)) | TransportError::Verbs(v) => verbs_code(v),
         TransportError::NoPath { .. } => OPENIB_ERR_NO_PATH,
-        TransportError::EndpointFailed { .. } => OPENIB_ERR_ENDPOINT_FAILED,
+        TransportError::EndpointFailed { .. } | TransportError::Peer { .. } => {
+            OPENIB_ERR_ENDPOINT_FAILED
+        }
         TransportError::TooLarge { .. } => OPENIB_ERR_TOO_LARGE,
         TransportError::ReservedTag => OPENIB_ERR_INVALID,
         TransportError::BadPeer { .. } => OPENIB_ERR_BAD_PEER,

@@ -246,13 +246,8 @@ mod tests {
         let mut to_rx: VecDeque<(usize, bool, u16, u8)> = VecDeque::new();
         let mut to_tx: VecDeque<(usize, u16, u8)> = VecDeque::new();
         let mut consumed: Vec<(usize, bool)> = Vec::new();
-        let mut rng = seed | 1;
-        let mut next = || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let mut next = || rng.u64(..);
         // A peer connects: its grant is posted before it may send.
         let join = |pool: &mut CreditPool, posted: &mut i64, s: &mut Vec<Sender>| {
             *posted += pool.per_peer() as i64;

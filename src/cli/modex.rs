@@ -526,21 +526,17 @@ fn read_input(path: &str, hex_text: bool) -> Result<Vec<u8>, Failure> {
             format!("{path}: odd number of hex digits ({})", digits.len()),
         ));
     }
-    (0..digits.len())
-        .step_by(2)
-        .map(|i| {
-            digits
-                .get(i..i + 2)
-                .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .ok_or_else(|| {
-                    Failure::new(
-                        exit::USAGE,
-                        "bad_hex",
-                        format!("{path}: not hex at digit {i}"),
-                    )
-                })
-        })
-        .collect()
+    hex::decode(digits).map_err(|e| {
+        let at = match e {
+            hex::FromHexError::InvalidHexCharacter { index, .. } => index,
+            _ => 0,
+        };
+        Failure::new(
+            exit::USAGE,
+            "bad_hex",
+            format!("{path}: not hex at digit {at}"),
+        )
+    })
 }
 
 fn decode(

@@ -40,6 +40,7 @@
 
 mod dropped;
 pub mod flow;
+mod handlers;
 mod peer_map;
 pub mod pool;
 pub mod regcache;
@@ -54,6 +55,7 @@ use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
 use dropped::DroppedQps;
 use flow::{fragments, Credits, Reorder, TrainAssembly};
+use handlers::Handlers;
 use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
 use openib_sys::{
@@ -1408,7 +1410,8 @@ impl Endpoint {
 }
 
 /// Callback for received messages of one tag: (source rank, payload). It runs inside
-/// `progress` and must not call the transport (it may copy the data and return).
+/// `progress` and must not call the transport (it may copy the data and return). If it
+/// panics, the panic is caught, the batch finished, and the panic re-raised by `progress`.
 pub type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
 
 /// The transport of one process.
@@ -1432,7 +1435,11 @@ pub struct Transport {
     cfg: TransportConfig,
     /// Credits a sender starts with towards every peer (control credits included).
     initial_credits: u32,
-    handlers: Vec<Option<Handler>>,
+    handlers: Handlers,
+    /// Set while a progress call handles its batch: still set afterwards only when the
+    /// transport's own code panicked in it (callback panics are caught), see
+    /// [`Transport::interrupted`].
+    in_batch: bool,
     /// Completions not yet taken; they stay until the caller takes them.
     done: Vec<Completion>,
     /// Warns when `done` keeps growing because the caller does not take them.
@@ -1586,7 +1593,8 @@ impl Transport {
             rt,
             initial_credits: cfg.initial_credits(size),
             cfg,
-            handlers: (0..=255).map(|_| None).collect(),
+            handlers: Handlers::default(),
+            in_batch: false,
             done: Vec::new(),
             done_backlog: BacklogWarning::default(),
             next_token: 1,
@@ -1700,7 +1708,7 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
-        self.handlers[tag as usize] = Some(handler);
+        self.handlers.set(tag, handler);
         Ok(())
     }
 
@@ -2219,7 +2227,33 @@ impl Transport {
 
     /// Makes progress: connections, completions, receive callbacks, queued operations and
     /// credit returns. Returns how many work completions it handled.
+    ///
+    /// A receive callback that panics does not cut the batch short: its panic is caught, the
+    /// rest of the batch is handled (messages delivered, receive buffers reposted, completions
+    /// recorded), and then the first such panic is re-raised from here. The transport stays
+    /// consistent and usable; the message whose callback panicked counts as delivered.
     pub fn progress(&mut self) -> Result<usize, TransportError> {
+        self.in_batch = true;
+        let r = self.progress_batch();
+        self.in_batch = false;
+        self.handlers.raise();
+        r
+    }
+
+    /// Receive callbacks that panicked since the transport opened (each was caught, its batch
+    /// finished, and the first panic of each batch re-raised by [`Transport::progress`]).
+    pub fn callback_panics(&self) -> u64 {
+        self.handlers.panics()
+    }
+
+    /// Whether a progress call was cut short by a panic in the transport's own code (a bug;
+    /// callback panics never do this): its state is then not consistent, and it must only
+    /// be dropped. [`SharedTransport`] refuses the lock of such a transport.
+    pub fn interrupted(&self) -> bool {
+        self.in_batch
+    }
+
+    fn progress_batch(&mut self) -> Result<usize, TransportError> {
         // Services every SERVICE_POLL by the tick counter: where the clock source has no vDSO
         // path (TCG guests) every clock read is a system call.
         self.progress_calls = self.progress_calls.wrapping_add(1);
@@ -2670,16 +2704,12 @@ impl Transport {
         while let Some(r) = ep.reorder.pop() {
             ep.stats.delivered += 1;
             match r {
-                Ready::Eager { tag, data } => call(&mut self.handlers, peer, tag, &data),
+                Ready::Eager { tag, data } => self.handlers.call(peer, tag, &data),
                 Ready::Rndv { seq } => {
                     let inc = ep.incoming.remove(&seq).expect("completed incoming");
                     let buf = inc.buf.expect("read into a buffer");
-                    call(
-                        &mut self.handlers,
-                        peer,
-                        inc.tag,
-                        &buf.as_slice()[..inc.rts.len as usize],
-                    );
+                    self.handlers
+                        .call(peer, inc.tag, &buf.as_slice()[..inc.rts.len as usize]);
                     self.cache.give_back(buf);
                     self.receiving -= 1;
                     if inc.head < inc.rts.len {
@@ -2834,7 +2864,7 @@ impl Transport {
                     .expect("a train is open");
                 if ep.reorder.pass(h.seq) {
                     ep.stats.delivered += 1;
-                    call(handlers, peer, h.tag, &data);
+                    handlers.call(peer, h.tag, &data);
                     ep.trains.recycle(data);
                 } else {
                     ep.reorder
@@ -2847,7 +2877,7 @@ impl Transport {
                     // In order with nothing held: the callback reads the receive buffer itself,
                     // which is reposted after it returns.
                     ep.stats.delivered += 1;
-                    call(handlers, peer, h.tag, payload);
+                    handlers.call(peer, h.tag, payload);
                 } else {
                     let data = payload.to_vec();
                     ep.reorder
@@ -3286,13 +3316,6 @@ impl Transport {
                 cause: cause.clone(),
             });
         }
-    }
-}
-
-fn call(handlers: &mut [Option<Handler>], peer: u32, tag: Tag, data: &[u8]) {
-    match handlers[tag as usize].as_mut() {
-        Some(h) => h(peer, data),
-        None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
     }
 }
 

@@ -112,6 +112,9 @@ pub const INLINE_WANTED: u32 = 256;
 /// connection is being made (incoming connection requests are answered within this, or
 /// within [`MAX_NAP`] by a process asleep in a waiting loop).
 const SERVICE_POLL: Duration = Duration::from_millis(2);
+/// The largest copy of a rendezvous payload kept for the next one (a larger one is freed once
+/// delivered).
+const LANDED_KEPT: usize = 4 << 20;
 /// The piece [`copy_in_pieces`] copies at a time.
 const COPY_PIECE: usize = 4096;
 
@@ -1227,7 +1230,8 @@ impl Endpoint {
         }
         let slot = self.free_send.pop().expect("caller checked a free slot");
         let mr = self.send_mr.as_mut().expect("connected");
-        let b = &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR + payload.len()];
+        // A send slot: local access only, and no send of it is in flight (the slot was free).
+        let b = mr.local_slice_mut(slot * slot_len, HDR + payload.len())?;
         copy_in_pieces(&mut b[HDR..], payload);
         let (op, start) = match imm {
             Some(h) => (SendOp::SendWithImm { imm: h.encode() }, HDR),
@@ -1436,6 +1440,9 @@ pub struct Transport {
     /// Credits a sender starts with towards every peer (control credits included).
     initial_credits: u32,
     handlers: Handlers,
+    /// The bytes of the last rendezvous delivered, copied out of its landing buffer (kept to
+    /// reuse the allocation).
+    landed: Vec<u8>,
     /// Set while a progress call handles its batch: still set afterwards only when the
     /// transport's own code panicked in it (callback panics are caught), see
     /// [`Transport::interrupted`].
@@ -1594,6 +1601,7 @@ impl Transport {
             initial_credits: cfg.initial_credits(size),
             cfg,
             handlers: Handlers::default(),
+            landed: Vec::new(),
             in_batch: false,
             done: Vec::new(),
             done_backlog: BacklogWarning::default(),
@@ -1886,7 +1894,7 @@ impl Transport {
             let mut buf = self
                 .cache
                 .take(data.len(), |n| MemoryRegion::alloc(&pd, n, Access::ALL))?;
-            copy_in_pieces(&mut buf.as_mut_slice()[..data.len()], data);
+            buf.write_at(0, data)?;
             let len = data.len();
             self.enqueue_rts(peer, tag, Source::Cached(buf), len, token)?;
         }
@@ -1956,7 +1964,9 @@ impl Transport {
     ) -> Result<u64, TransportError> {
         check_range(region, offset, len)?;
         if len <= self.cfg.eager_limit {
-            return self.send(peer, tag, &region.as_slice()[offset..offset + len]);
+            // Copied out: peers may write the region (docs/DESIGN.md, soundness).
+            let data = region.to_vec(offset, len)?;
+            return self.send(peer, tag, &data);
         }
         if tag == 0 {
             return Err(TransportError::ReservedTag);
@@ -2708,8 +2718,22 @@ impl Transport {
                 Ready::Rndv { seq } => {
                     let inc = ep.incoming.remove(&seq).expect("completed incoming");
                     let buf = inc.buf.expect("read into a buffer");
-                    self.handlers
-                        .call(peer, inc.tag, &buf.as_slice()[..inc.rts.len as usize]);
+                    // Copied out of the landing buffer before the callback sees it: peers that
+                    // held its rkey (this or an earlier transfer) may still write it, and a
+                    // callback's `&[u8]` must not change under it (docs/DESIGN.md, soundness).
+                    let len = inc.rts.len as usize;
+                    let landed = &mut self.landed;
+                    landed.resize(len, 0);
+                    let copied = buf.read_at(0, &mut landed[..len]);
+                    match copied {
+                        Ok(()) => self.handlers.call(peer, inc.tag, &landed[..len]),
+                        Err(e) => {
+                            tracing::error!(peer, seq, error = %e, "rendezvous not delivered")
+                        }
+                    }
+                    if self.landed.capacity() > LANDED_KEPT {
+                        self.landed = Vec::new();
+                    }
                     self.cache.give_back(buf);
                     self.receiving -= 1;
                     if inc.head < inc.rts.len {
@@ -2765,7 +2789,9 @@ impl Transport {
             let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
             (mr, id as usize * slot_len)
         };
-        let b = &mr.as_slice()[off..off + len.min(slot_len)];
+        // A receive slot (local access only) whose receive completed: not written until it is
+        // posted again, after this message is handled.
+        let b = mr.local_slice(off, len.min(slot_len))?;
         let (h, payload) = match imm {
             // The header in the immediate data: an eager message, the next one due.
             Some(imm) => {

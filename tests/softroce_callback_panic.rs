@@ -97,12 +97,27 @@ fn rank(mode: &str) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let mut t = Transport::open(rt, cfg).map_err(|e| e.to_string())?;
     let timeout = Duration::from_secs(120);
+    // Callbacks first: the peer may send as soon as its side is connected.
+    let acked = Arc::new(AtomicBool::new(false));
+    let a = acked.clone();
+    t.on_tag(ACK, Box::new(move |_, _| a.store(true, Ordering::Relaxed)))
+        .map_err(|e| e.to_string())?;
+    let got = Arc::new(Mutex::new(Vec::new()));
+    let g = got.clone();
+    t.on_tag(
+        DATA,
+        Box::new(move |peer: u32, data: &[u8]| {
+            let i = u32::from_le_bytes(data[..4].try_into().expect("4 bytes"));
+            let ok = peer == 1 && data == payload(i).as_slice();
+            g.lock().unwrap().push((i, ok));
+            if panics_at(i) {
+                panic!("test panic at message {i}");
+            }
+        }),
+    )
+    .map_err(|e| e.to_string())?;
     t.connect_all(timeout).map_err(|e| e.to_string())?;
     if t.rank() == 1 {
-        let acked = Arc::new(AtomicBool::new(false));
-        let a = acked.clone();
-        t.on_tag(ACK, Box::new(move |_, _| a.store(true, Ordering::Relaxed)))
-            .map_err(|e| e.to_string())?;
         for i in 0..N {
             t.send(0, DATA, &payload(i)).map_err(|e| e.to_string())?;
             t.progress().map_err(|e| e.to_string())?;
@@ -112,36 +127,38 @@ fn rank(mode: &str) -> Result<(), String> {
             t.progress().map_err(|e| e.to_string())?;
             if Instant::now() > deadline {
                 return Err(format!(
-                    "rank 1: no ACK from rank 0 in {timeout:?}: {}",
-                    t.debug_endpoint(0)
+                    "rank 1: no ACK from rank 0 in {timeout:?}: {}; SRQ {:?}; stats {:?}; send \
+                     budget {:?}",
+                    t.debug_endpoint(0),
+                    t.srq_stats(),
+                    t.endpoint_stats(0),
+                    t.send_budget()
                 ));
             }
         }
         t.finalize(timeout).map_err(|e| e.to_string())?;
         return Ok(());
     }
-    let got = Arc::new(Mutex::new(Vec::new()));
-    let g = got.clone();
-    let handler = Box::new(move |peer: u32, data: &[u8]| {
-        let i = u32::from_le_bytes(data[..4].try_into().expect("4 bytes"));
-        let ok = peer == 1 && data == payload(i).as_slice();
-        g.lock().unwrap().push((i, ok));
-        if panics_at(i) {
-            panic!("test panic at message {i}");
-        }
-    });
     // Keep the expected panics' reports short.
     std::panic::set_hook(Box::new(|info| {
         eprintln!("rank 0: panic: {info}");
     }));
     let (raised, stats) = if mode == "shared" {
         let s = SharedTransport::new(t);
-        s.on_tag(DATA, handler).map_err(|e| e.to_string())?;
         let raised = receive(
             &got,
             timeout,
             || s.progress(),
-            || s.lock().debug_endpoint(1),
+            || {
+                let t = s.lock();
+                format!(
+                    "{}; SRQ {:?}; stats {:?}; send budget {:?}",
+                    t.debug_endpoint(1),
+                    t.srq_stats(),
+                    t.endpoint_stats(1),
+                    t.send_budget()
+                )
+            },
         )?;
         s.send(1, ACK, b"ack").map_err(|e| e.to_string())?;
         let t = Arc::try_unwrap(s.into_inner())
@@ -152,7 +169,6 @@ fn rank(mode: &str) -> Result<(), String> {
         t.finalize(timeout).map_err(|e| e.to_string())?;
         (raised, stats)
     } else {
-        t.on_tag(DATA, handler).map_err(|e| e.to_string())?;
         let tc = std::cell::RefCell::new(t);
         let raised = receive(
             &got,

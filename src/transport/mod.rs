@@ -1721,7 +1721,10 @@ impl Transport {
     }
 
     /// Registers `len` bytes of memory for put/get/atomics and zero-copy sends (remote read,
-    /// write and atomics allowed). Deregistered when the last handle is dropped.
+    /// write and atomics allowed). Deregistered when the last handle is dropped. Peers that get
+    /// its [`RemoteRegion`] may write it at any time, so its bytes are reached by copying
+    /// (`read_at`, `to_vec`, `read_u64`, `write_at`; docs/DESIGN.md, "Soundness of registered
+    /// memory").
     pub fn register(&self, len: usize) -> Result<Arc<MemoryRegion>, TransportError> {
         Ok(Arc::new(MemoryRegion::alloc(
             &self.w.port().pd,

@@ -885,7 +885,7 @@ fn exchange_messages(
             sges: vec![recv.sge(i * SLOT, SLOT)?],
         })?;
         let msg = format!("openib ping {me}->{p}");
-        send.as_mut_slice()[i * SLOT..i * SLOT + msg.len()].copy_from_slice(msg.as_bytes());
+        send.write_at(i * SLOT, msg.as_bytes())?;
     }
     for (i, p) in peers.iter().enumerate() {
         let len = format!("openib ping {me}->{p}").len();
@@ -927,7 +927,8 @@ fn exchange_messages(
                 sent[i] = true;
             } else {
                 let want = format!("openib ping {p}->{me}");
-                let ok = &recv.as_slice()[i * SLOT..i * SLOT + want.len()] == want.as_bytes();
+                // A completed receive of a local-only region.
+                let ok = recv.local_slice(i * SLOT, want.len())? == want.as_bytes();
                 got[i] = true;
                 if !ok {
                     if let Some(r) = results.get_mut(p) {

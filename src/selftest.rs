@@ -140,7 +140,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
 
     // 1. Send/receive.
     let msg = b"openib selftest: send/recv over RC";
-    mr_a.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    mr_a.write_at(0, msg)?;
     b.post_recv(&RecvRequest {
         wr_id: 1,
         sges: vec![mr_b.sge(0, LEN)?],
@@ -154,7 +154,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     })?;
     let step = match (poller.wait(1), poller.wait(2)) {
         (Ok(r), Ok(_)) => {
-            let got = &mr_b.as_slice()[..msg.len()];
+            let got = mr_b.to_vec(0, msg.len())?;
             check(
                 "send_recv",
                 got == msg && r.byte_len as usize == msg.len(),
@@ -168,7 +168,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     // 1b. An inline send with immediate data from bytes that are in no memory region, and an
     // inline payload longer than the QP takes, refused before anything is posted.
     let inline_msg = *b"inline, from the stack";
-    mr_b.as_mut_slice().fill(0);
+    mr_b.write_at(0, &[0u8; LEN])?;
     b.post_recv(&RecvRequest {
         wr_id: 11,
         sges: vec![mr_b.sge(0, LEN)?],
@@ -184,7 +184,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     steps.push(match (poller.wait(11), poller.wait(12)) {
         (Ok(r), Ok(_)) => check(
             "send_inline",
-            mr_b.as_slice()[..inline_msg.len()] == inline_msg
+            mr_b.to_vec(0, inline_msg.len())? == inline_msg
                 && r.byte_len as usize == inline_msg.len()
                 && r.imm() == Some(0x0a0b_0c0d)
                 && matches!(refused, Err(openib_sys::Error::InvalidArgument { .. })),
@@ -203,7 +203,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
 
     // 2. RDMA write A -> B.
     let pattern: Vec<u8> = (0..LEN).map(|i| (i * 7 + 3) as u8).collect();
-    mr_a.as_mut_slice().copy_from_slice(&pattern);
+    mr_a.write_at(0, &pattern)?;
     a.post_send(&SendRequest {
         wr_id: 3,
         op: SendOp::RdmaWrite {
@@ -217,7 +217,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     steps.push(match poller.wait(3) {
         Ok(_) => check(
             "rdma_write",
-            mr_b.as_slice() == pattern.as_slice(),
+            mr_b.to_vec(0, LEN)? == pattern,
             format!("{LEN} bytes written"),
         ),
         Err(e) => check("rdma_write", false, e),
@@ -225,8 +225,8 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
 
     // 3. RDMA read B -> A (after changing B's content).
     let pattern2: Vec<u8> = (0..LEN).map(|i| (i * 13 + 1) as u8).collect();
-    mr_b.as_mut_slice().copy_from_slice(&pattern2);
-    mr_a.as_mut_slice().fill(0);
+    mr_b.write_at(0, &pattern2)?;
+    mr_a.write_at(0, &[0u8; LEN])?;
     a.post_send(&SendRequest {
         wr_id: 4,
         op: SendOp::RdmaRead {
@@ -240,7 +240,7 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
     steps.push(match poller.wait(4) {
         Ok(_) => check(
             "rdma_read",
-            mr_a.as_slice() == pattern2.as_slice(),
+            mr_a.to_vec(0, LEN)? == pattern2,
             format!("{LEN} bytes read"),
         ),
         Err(e) => check("rdma_read", false, e),
@@ -248,10 +248,9 @@ pub fn run(cfg: &SelftestConfig) -> Result<SelftestReport, SelftestError> {
 
     // 4. Atomics on B's first word: 10 fetch-and-adds, then a compare-and-swap that hits and
     // one that misses.
-    mr_b.as_mut_slice()[..8].copy_from_slice(&0u64.to_ne_bytes());
-    let word = |mr: &MemoryRegion, at: usize| {
-        u64::from_ne_bytes(mr.as_slice()[at..at + 8].try_into().expect("8 bytes"))
-    };
+    mr_b.write_at(0, &0u64.to_ne_bytes())?;
+    // Aligned offsets: read_u64 cannot fail here.
+    let word = |mr: &MemoryRegion, at: usize| mr.read_u64(at).unwrap_or(u64::MAX);
     let mut fetched = Vec::new();
     let mut atomic_err = None;
     for i in 0..10u64 {
@@ -405,7 +404,7 @@ fn srq_and_channel(
         })?;
     }
     let msg = b"through the shared receive queue";
-    src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    src.write_at(0, msg)?;
     cq.req_notify(false)?;
     sender.post_send(&SendRequest {
         wr_id: 1,
@@ -447,7 +446,7 @@ fn srq_and_channel(
     Ok(match (recv, sent) {
         (Ok(r), Ok(_)) => check(
             "srq_channel",
-            woke && &dst.as_slice()[..msg.len()] == msg
+            woke && dst.to_vec(0, msg.len())? == msg
                 && r.byte_len as usize == msg.len()
                 && r.qp_num == receiver.qp_num(),
             format!(
@@ -655,7 +654,7 @@ fn send_and_check(
     let e = |e: openib_sys::Error| e.to_string();
     let mut src = MemoryRegion::alloc(&lp0.pd, 64, Access::ALL).map_err(e)?;
     let dst = MemoryRegion::alloc(&lp1.pd, 64, Access::ALL).map_err(e)?;
-    src.as_mut_slice()[..msg.len()].copy_from_slice(msg);
+    src.write_at(0, msg).map_err(e)?;
     b.post_recv(&RecvRequest {
         wr_id: 7,
         sges: vec![dst.sge(0, 64).map_err(e)?],
@@ -681,7 +680,7 @@ fn send_and_check(
         pending: Vec::new(),
     }
     .wait(8)?;
-    if &dst.as_slice()[..msg.len()] != msg {
+    if dst.to_vec(0, msg.len()).map_err(e)? != msg {
         return Err("the message arrived corrupted".into());
     }
     Ok(())

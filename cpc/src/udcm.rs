@@ -120,7 +120,7 @@ impl UdcmService {
         let slot = self.next_send;
         self.next_send = (slot + 1) % SEND_SLOTS;
         let bytes = hello.encode();
-        self.send.as_mut_slice()[slot * SLOT..slot * SLOT + bytes.len()].copy_from_slice(&bytes);
+        self.send.write_at(slot * SLOT, &bytes)?;
         let sge = self.send.sge(slot * SLOT, bytes.len())?;
         self.qp
             .post_send_ud(1 << 32 | slot as u64, &self.ahs[&key], to.qpn, QKEY, &[sge])
@@ -142,7 +142,8 @@ impl UdcmService {
             if wc.is_success() {
                 let len = (wc.byte_len as usize).saturating_sub(GRH).min(SLOT - GRH);
                 let at = slot * SLOT + GRH;
-                match Hello::decode(&self.recv.as_slice()[at..at + len]) {
+                // A completed receive slot of a local-only region: stable until reposted.
+                match Hello::decode(self.recv.local_slice(at, len)?) {
                     Some(h) => out.push(h),
                     None => tracing::debug!(len, "malformed udcm datagram dropped"),
                 }

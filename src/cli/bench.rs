@@ -422,8 +422,8 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     let mut local = t.register(max.max(8)).map_err(|e| e.to_string())?;
     Arc::get_mut(&mut local)
         .expect("not shared yet")
-        .as_mut_slice()
-        .copy_from_slice(&pattern(max.max(8), me as u8));
+        .write_at(0, &pattern(max.max(8), me as u8))
+        .map_err(|e| e.to_string())?;
     let landing = t.register(max.max(8)).map_err(|e| e.to_string())?;
     t.send(peer, TAG_REGION, &RemoteRegion::of(&landing).encode())
         .map_err(|e| e.to_string())?;
@@ -517,7 +517,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
                 wait_for(&mut t, &notes, want_notes, timeout)?;
             } else {
                 wait_for(&mut t, &notes, want_notes, timeout)?;
-                if landing.as_slice()[..size] != pattern(max.max(8), peer as u8)[..size] {
+                // Copied out: the peer holds the landing region's rkey.
+                let got = landing.to_vec(0, size).map_err(|e| e.to_string())?;
+                if got[..] != pattern(max.max(8), peer as u8)[..size] {
                     return Err(format!(
                         "size {size}: the RDMA-written data arrived corrupted"
                     ));

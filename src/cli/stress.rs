@@ -492,7 +492,9 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         let off = ((r >> 24) % (PUT_SLICE - len + 1) as u64) as usize;
         {
             let s = Arc::get_mut(&mut src).ok_or("source region still in use")?;
-            fill(&mut s.as_mut_slice()[off..off + len], r);
+            let mut bytes = vec![0u8; len];
+            fill(&mut bytes, r);
+            s.write_at(off, &bytes).map_err(|e| e.to_string())?;
         }
         let roff = (me as usize * PUT_SLICE + off) as u64;
         wait_token(&t, timeout, |g| {
@@ -501,7 +503,8 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         wait_token(&t, timeout, |g| {
             g.get(p, &dst, off, regions[&p].0, roff, len)
         })?;
-        if dst.as_slice()[off..off + len] != src.as_slice()[off..off + len] {
+        let (got, sent) = (dst.to_vec(off, len), src.to_vec(off, len));
+        if got.map_err(|e| e.to_string())? != sent.map_err(|e| e.to_string())? {
             return Err(format!(
                 "put/get {k} to rank {p}: {len} bytes at {roff} differ after the round trip"
             ));
@@ -522,7 +525,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                     let mut last = None;
                     for _ in 0..atomics_each {
                         wait_token(&t, timeout, |g| g.fetch_add(holder, &res, 0, c0, 0, 1))?;
-                        let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
+                        let old = res.read_u64(0).map_err(|e| e.to_string())?;
                         if last.is_some_and(|l| old <= l) {
                             return Err(format!(
                                 "fetch-and-add went backwards: {old} after {last:?}"
@@ -537,7 +540,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                         wait_token(&t, timeout, |g| {
                             g.compare_swap(holder, &res, 0, c0, 8, guess, guess + 1)
                         })?;
-                        let old = u64::from_ne_bytes(res.as_slice()[..8].try_into().expect("8"));
+                        let old = res.read_u64(0).map_err(|e| e.to_string())?;
                         if old == guess {
                             ok += 1;
                             guess += 1;
@@ -566,7 +569,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             done_count.load(Ordering::Acquire) >= peers.len() as u64
         })
         .map_err(|e| e.to_string())?;
-        let v = |o: usize| u64::from_ne_bytes(counters.as_slice()[o..o + 8].try_into().expect("8"));
+        let v = |o: usize| counters.read_u64(o).unwrap_or(u64::MAX);
         let want = peers.len() as u64 * threads as u64 * a.atomics;
         if v(0) != want || v(8) != want {
             return Err(format!(

@@ -40,6 +40,7 @@
 
 mod dropped;
 pub mod flow;
+mod handlers;
 pub mod peer;
 mod peer_map;
 #[cfg(any(test, feature = "wire-oracle"))]
@@ -57,6 +58,7 @@ use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
 use dropped::DroppedQps;
 use flow::{fragments, Credits, Reorder, TrainAssembly};
+use handlers::Handlers;
 use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
 use openib_sys::{
@@ -114,6 +116,9 @@ pub const INLINE_WANTED: u32 = 256;
 /// connection is being made (incoming connection requests are answered within this, or
 /// within [`MAX_NAP`] by a process asleep in a waiting loop).
 const SERVICE_POLL: Duration = Duration::from_millis(2);
+/// The largest copy of a rendezvous payload kept for the next one (a larger one is freed once
+/// delivered).
+const LANDED_KEPT: usize = 4 << 20;
 /// The piece [`copy_in_pieces`] copies at a time.
 const COPY_PIECE: usize = 4096;
 
@@ -1308,7 +1313,8 @@ impl Endpoint {
         }
         let slot = self.free_send.pop().expect("caller checked a free slot");
         let mr = self.send_mr.as_mut().expect("connected");
-        let b = &mut mr.as_mut_slice()[slot * slot_len..slot * slot_len + HDR + payload.len()];
+        // A send slot: local access only, and no send of it is in flight (the slot was free).
+        let b = mr.local_slice_mut(slot * slot_len, HDR + payload.len())?;
         copy_in_pieces(&mut b[HDR..], payload);
         let (op, start) = match imm {
             Some(h) => (SendOp::SendWithImm { imm: h.encode() }, HDR),
@@ -1491,7 +1497,8 @@ impl Endpoint {
 }
 
 /// Callback for received messages of one tag: (source rank, payload). It runs inside
-/// `progress` and must not call the transport (it may copy the data and return).
+/// `progress` and must not call the transport (it may copy the data and return). If it
+/// panics, the panic is caught, the batch finished, and the panic re-raised by `progress`.
 pub type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
 
 /// The transport of one process.
@@ -1515,7 +1522,14 @@ pub struct Transport {
     cfg: TransportConfig,
     /// Credits a sender starts with towards every peer, and what it may lend.
     peer_credits: Credits,
-    handlers: Vec<Option<Handler>>,
+    handlers: Handlers,
+    /// The bytes of the last rendezvous delivered, copied out of its landing buffer (kept to
+    /// reuse the allocation).
+    landed: Vec<u8>,
+    /// Set while a progress call handles its batch: still set afterwards only when the
+    /// transport's own code panicked in it (callback panics are caught), see
+    /// [`Transport::interrupted`].
+    in_batch: bool,
     /// Completions not yet taken; they stay until the caller takes them.
     done: Vec<Completion>,
     /// Warns when `done` keeps growing because the caller does not take them.
@@ -1667,7 +1681,9 @@ impl Transport {
             rt,
             peer_credits: cfg.peer_credits(size),
             cfg,
-            handlers: (0..=255).map(|_| None).collect(),
+            handlers: Handlers::default(),
+            landed: Vec::new(),
+            in_batch: false,
             done: Vec::new(),
             done_backlog: BacklogWarning::default(),
             next_token: 1,
@@ -1781,12 +1797,15 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
-        self.handlers[tag as usize] = Some(handler);
+        self.handlers.set(tag, handler);
         Ok(())
     }
 
     /// Registers `len` bytes of memory for put/get/atomics and zero-copy sends (remote read,
-    /// write and atomics allowed). Deregistered when the last handle is dropped.
+    /// write and atomics allowed). Deregistered when the last handle is dropped. Peers that get
+    /// its [`RemoteRegion`] may write it at any time, so its bytes are reached by copying
+    /// (`read_at`, `to_vec`, `read_u64`, `write_at`; docs/DESIGN.md, "Soundness of registered
+    /// memory").
     pub fn register(&self, len: usize) -> Result<Arc<MemoryRegion>, TransportError> {
         Ok(Arc::new(MemoryRegion::alloc(
             &self.w.port().pd,
@@ -1965,7 +1984,7 @@ impl Transport {
             let mut buf = self
                 .cache
                 .take(data.len(), |n| MemoryRegion::alloc(&pd, n, Access::ALL))?;
-            copy_in_pieces(&mut buf.as_mut_slice()[..data.len()], data);
+            buf.write_at(0, data)?;
             let len = data.len();
             self.enqueue_rts(peer, tag, Source::Cached(buf), len, token)?;
         }
@@ -2042,7 +2061,9 @@ impl Transport {
         check_range(region, offset, len)?;
         self.cfg.check_msg_len(len)?;
         if len <= self.cfg.eager_limit {
-            return self.send(peer, tag, &region.as_slice()[offset..offset + len]);
+            // Copied out: peers may write the region (docs/DESIGN.md, soundness).
+            let data = region.to_vec(offset, len)?;
+            return self.send(peer, tag, &data);
         }
         if tag == 0 {
             return Err(TransportError::ReservedTag);
@@ -2314,7 +2335,33 @@ impl Transport {
 
     /// Makes progress: connections, completions, receive callbacks, queued operations and
     /// credit returns. Returns how many work completions it handled.
+    ///
+    /// A receive callback that panics does not cut the batch short: its panic is caught, the
+    /// rest of the batch is handled (messages delivered, receive buffers reposted, completions
+    /// recorded), and then the first such panic is re-raised from here. The transport stays
+    /// consistent and usable; the message whose callback panicked counts as delivered.
     pub fn progress(&mut self) -> Result<usize, TransportError> {
+        self.in_batch = true;
+        let r = self.progress_batch();
+        self.in_batch = false;
+        self.handlers.raise();
+        r
+    }
+
+    /// Receive callbacks that panicked since the transport opened (each was caught, its batch
+    /// finished, and the first panic of each batch re-raised by [`Transport::progress`]).
+    pub fn callback_panics(&self) -> u64 {
+        self.handlers.panics()
+    }
+
+    /// Whether a progress call was cut short by a panic in the transport's own code (a bug;
+    /// callback panics never do this): its state is then not consistent, and it must only
+    /// be dropped. [`SharedTransport`] refuses the lock of such a transport.
+    pub fn interrupted(&self) -> bool {
+        self.in_batch
+    }
+
+    fn progress_batch(&mut self) -> Result<usize, TransportError> {
         // Services every SERVICE_POLL by the tick counter: where the clock source has no vDSO
         // path (TCG guests) every clock read is a system call.
         self.progress_calls = self.progress_calls.wrapping_add(1);
@@ -2767,16 +2814,26 @@ impl Transport {
         while let Some(r) = ep.reorder.pop() {
             ep.stats.delivered += 1;
             match r {
-                Ready::Eager { tag, data } => call(&mut self.handlers, peer, tag, &data),
+                Ready::Eager { tag, data } => self.handlers.call(peer, tag, &data),
                 Ready::Rndv { seq } => {
                     let inc = ep.incoming.remove(&seq).expect("completed incoming");
                     let buf = inc.buf.expect("read into a buffer");
-                    call(
-                        &mut self.handlers,
-                        peer,
-                        inc.tag,
-                        &buf.as_slice()[..inc.rts.len as usize],
-                    );
+                    // Copied out of the landing buffer before the callback sees it: peers that
+                    // held its rkey (this or an earlier transfer) may still write it, and a
+                    // callback's `&[u8]` must not change under it (docs/DESIGN.md, soundness).
+                    let len = inc.rts.len as usize;
+                    let landed = &mut self.landed;
+                    landed.resize(len, 0);
+                    let copied = buf.read_at(0, &mut landed[..len]);
+                    match copied {
+                        Ok(()) => self.handlers.call(peer, inc.tag, &landed[..len]),
+                        Err(e) => {
+                            tracing::error!(peer, seq, error = %e, "rendezvous not delivered")
+                        }
+                    }
+                    if self.landed.capacity() > LANDED_KEPT {
+                        self.landed = Vec::new();
+                    }
                     self.cache.give_back(buf);
                     self.receiving -= 1;
                     if inc.head < inc.rts.len {
@@ -2857,7 +2914,9 @@ impl Transport {
             let mr = ep.recv_mr.as_ref().expect("connected without an SRQ");
             (mr, id as usize * slot_len)
         };
-        let b = &mr.as_slice()[off..off + len.min(slot_len)];
+        // A receive slot (local access only) whose receive completed: not written until it is
+        // posted again, after this message is handled.
+        let b = mr.local_slice(off, len.min(slot_len))?;
         // Every number the peer sent is checked here, before anything below uses it.
         let mut book = EndpointBook {
             credits: &mut ep.credits,
@@ -2912,7 +2971,7 @@ impl Transport {
                     .expect("a train is open");
                 if ep.reorder.pass(seq) {
                     ep.stats.delivered += 1;
-                    call(handlers, peer, tag, &data);
+                    handlers.call(peer, tag, &data);
                     ep.trains.recycle(data);
                 } else {
                     ep.reorder
@@ -2929,7 +2988,7 @@ impl Transport {
                     // In order with nothing held: the callback reads the receive buffer itself,
                     // which is reposted after it returns.
                     ep.stats.delivered += 1;
-                    call(handlers, peer, tag, payload);
+                    handlers.call(peer, tag, payload);
                 } else {
                     let data = payload.to_vec();
                     ep.reorder
@@ -3365,13 +3424,6 @@ impl Transport {
                 cause: cause.clone(),
             });
         }
-    }
-}
-
-fn call(handlers: &mut [Option<Handler>], peer: u32, tag: Tag, data: &[u8]) {
-    match handlers[tag as usize].as_mut() {
-        Some(h) => h(peer, data),
-        None => tracing::warn!(peer, tag, "message for a tag with no handler dropped"),
     }
 }
 

@@ -1,6 +1,8 @@
 //! [`SharedTransport`]: the transport behind a mutex, for several threads at once
 //! (MPI_THREAD_MULTIPLE). Every call takes the lock for its duration; callbacks run inside
-//! `progress` with the lock held, so they must not call the transport.
+//! `progress` with the lock held, so they must not call the transport. A callback that panics
+//! makes that thread's `progress` panic after the batch is finished; the transport stays usable
+//! from every handle.
 
 use super::{Completion, EndpointState, Handler, RemoteRegion, Tag, Transport, TransportError};
 use openib_sys::MemoryRegion;
@@ -27,10 +29,28 @@ impl SharedTransport {
     }
 
     /// The transport itself, locked (for calls this wrapper does not forward).
+    ///
+    /// A receive callback's panic comes out of the `progress` call that ran it (see
+    /// [`Transport::progress`]) and poisons the lock on its way; the transport finished its
+    /// batch first, so it is consistent and the poison is cleared here. A panic in the
+    /// transport's own code during progress (a bug) leaves it [`Transport::interrupted`]:
+    /// then this panics, naming why, on every later call (drop the transport).
     pub fn lock(&self) -> MutexGuard<'_, Transport> {
-        // A callback that panicked poisoned the lock; the transport's own state is still
-        // consistent (callbacks run between whole protocol steps), so go on.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        match self.inner.lock() {
+            Ok(g) => g,
+            Err(p) => {
+                let g = p.into_inner();
+                if g.interrupted() {
+                    panic!(
+                        "SharedTransport: an earlier progress call panicked inside the \
+                         transport's own code (not in a receive callback); its state is not \
+                         consistent and it can only be dropped"
+                    );
+                }
+                self.inner.clear_poison();
+                g
+            }
+        }
     }
 
     pub fn rank(&self) -> u32 {

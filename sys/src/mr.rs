@@ -108,22 +108,69 @@ impl Registration {
 /// A registered buffer owned by this value. The buffer is deregistered before it is freed, so
 /// the HCA never touches freed memory: a work request still referencing it completes in error.
 ///
-/// The HCA may write the buffer while Rust code reads it (that is what RDMA is for); callers
-/// read it only after the completion (or the protocol message) that says the write is done.
+/// # Soundness (docs/DESIGN.md, "Soundness of registered memory")
+/// The HCA writes the buffer outside Rust's knowledge: for a receive or read this process
+/// posted, and, with remote write or atomic access, for any peer holding its rkey at any time.
+/// So safe code never holds a Rust reference to the bytes of a region that peers may write:
+/// - [`MemoryRegion::read_at`], [`MemoryRegion::to_vec`], [`MemoryRegion::read_u64`] and
+///   [`MemoryRegion::write_at`] copy through raw pointers; while a peer may be writing, what
+///   they read is unspecified (any mix of old and new bytes), but never undefined behaviour.
+/// - [`MemoryRegion::local_slice`] and [`MemoryRegion::local_slice_mut`] lend references only
+///   for regions without remote write or atomic access, where the HCA writes only into
+///   receives the owner posted: the owner reads a slot after its receive completed and before
+///   it posts it again (the transport's and the CPCs' receive rings do).
+/// - [`MemoryRegion::as_slice`] and [`MemoryRegion::as_mut_slice`] lend the whole buffer to
+///   `unsafe` code that promises no concurrent write by the HCA.
 pub struct MemoryRegion {
     reg: Registration,
-    buf: Box<[u64]>,
+    /// The buffer: `words` u64s from `Box::into_raw`, freed in Drop. A raw pointer, not a
+    /// `Box`, since the HCA writes it while `&self` exists.
+    buf: std::ptr::NonNull<u64>,
+    words: usize,
     len: usize,
+    access: Access,
 }
+
+// SAFETY: the buffer is owned by the region (freed only in Drop); Rust code writes it only
+// through `&mut self` (`write_at`, `local_slice_mut`, `as_mut_slice`), reads through `&self`
+// copy or borrow it, so the usual aliasing rules hold between threads. The HCA's writes are
+// outside the abstract machine and are handled by the rules above.
+unsafe impl Send for MemoryRegion {}
+// SAFETY: as above.
+unsafe impl Sync for MemoryRegion {}
+
+/// The piece [`MemoryRegion::write_at`] and [`MemoryRegion::read_at`] copy at a time: glibc
+/// copies 8 KiB and more with `rep movsb`, which TCG guests run ten times slower than its
+/// vector loop (docs/PERFORMANCE.md).
+const COPY_PIECE: usize = 4096;
 
 impl MemoryRegion {
     /// Allocates `len` zeroed bytes (8-byte aligned, as atomics need) and registers them.
     pub fn alloc(pd: &ProtectionDomain, len: usize, access: Access) -> Result<MemoryRegion> {
-        let mut buf = vec![0u64; len.div_ceil(8)].into_boxed_slice();
+        let words = len.div_ceil(8);
+        let boxed = vec![0u64; words].into_boxed_slice();
+        let buf = std::ptr::NonNull::new(Box::into_raw(boxed).cast::<u64>())
+            .expect("Box::into_raw is never null");
         // SAFETY: `buf` is valid for `len` bytes and outlives the registration (see Drop).
-        let reg =
-            unsafe { Registration::new(pd, buf.as_mut_ptr().cast(), len, access.0, "bytes")? };
-        Ok(MemoryRegion { reg, buf, len })
+        let reg = unsafe { Registration::new(pd, buf.as_ptr().cast(), len, access.0, "bytes") };
+        let reg = match reg {
+            Ok(r) => r,
+            Err(e) => {
+                // SAFETY: `buf` came from Box::into_raw of `words` u64s and was never
+                // registered.
+                drop(unsafe {
+                    Box::from_raw(std::ptr::slice_from_raw_parts_mut(buf.as_ptr(), words))
+                });
+                return Err(e);
+            }
+        };
+        Ok(MemoryRegion {
+            reg,
+            buf,
+            words,
+            len,
+            access,
+        })
     }
 
     pub fn len(&self) -> usize {
@@ -138,17 +185,132 @@ impl MemoryRegion {
     pub fn rkey(&self) -> u32 {
         self.reg.rkey()
     }
+    /// The access it was registered with.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+    /// Whether peers may write it (remote write or atomic access): then safe code reads and
+    /// writes it only by copying.
+    pub fn remote_writable(&self) -> bool {
+        self.access.0 & (v::IBV_ACCESS_REMOTE_WRITE | v::IBV_ACCESS_REMOTE_ATOMIC) != 0
+    }
     /// The virtual address peers use in RDMA requests.
     pub fn addr(&self) -> u64 {
         self.buf.as_ptr() as u64
     }
-    pub fn as_slice(&self) -> &[u8] {
-        // SAFETY: the buffer holds at least `len` initialised bytes.
+
+    fn range(&self, offset: usize, len: usize, what: &'static str) -> Result<*mut u8> {
+        range_in(self.buf.as_ptr().cast(), self.len, offset, len, what)
+    }
+
+    /// Copies `dst.len()` bytes at `offset` into `dst`. Safe while peers may write the region:
+    /// no reference to its bytes is made, and what a concurrent write leaves in `dst` is
+    /// unspecified (stable bytes need the completion, or the message, that says the writes are
+    /// done). An out-of-range request is an error.
+    ///
+    /// ```no_run
+    /// # fn f(mr: &openib_sys::MemoryRegion) -> openib_sys::Result<()> {
+    /// let mut head = [0u8; 16];
+    /// mr.read_at(0, &mut head)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn read_at(&self, offset: usize, dst: &mut [u8]) -> Result<()> {
+        let src = self.range(offset, dst.len(), "read_at")?;
+        // SAFETY: `src..src+dst.len()` is inside the allocation (checked by `range`).
+        unsafe { copy_out(src, dst) };
+        Ok(())
+    }
+
+    /// A copy of `len` bytes at `offset` (see [`MemoryRegion::read_at`]).
+    pub fn to_vec(&self, offset: usize, len: usize) -> Result<Vec<u8>> {
+        let mut v = vec![0u8; len];
+        self.read_at(offset, &mut v)?;
+        Ok(v)
+    }
+
+    /// The 8 bytes at `offset` (8-byte aligned) as a native-endian u64, read in one volatile
+    /// load: how an atomic's old value or a counter that peers update is read.
+    pub fn read_u64(&self, offset: usize) -> Result<u64> {
+        let p = self.range(offset, 8, "read_u64")?;
+        // SAFETY: 8 bytes inside the allocation (checked by `range`), which is u64-aligned.
+        unsafe { read_u64_at(p, offset) }
+    }
+
+    /// Copies `src` into the region at `offset` (see [`MemoryRegion::read_at`]; a peer's
+    /// concurrent write to the same bytes leaves them unspecified). `&mut self`: no other
+    /// Rust code reads or writes the region meanwhile.
+    pub fn write_at(&mut self, offset: usize, src: &[u8]) -> Result<()> {
+        let dst = self.range(offset, src.len(), "write_at")?;
+        // SAFETY: inside the allocation (checked by `range`); `&mut self` excludes Rust
+        // readers.
+        unsafe { copy_in(src, dst) };
+        Ok(())
+    }
+
+    /// `len` bytes at `offset` of a region that peers cannot write (no remote write or atomic
+    /// access). The HCA writes such a region only for receives its owner posted: read a slot
+    /// after its receive completed and before posting it again. An error for a remotely
+    /// writable region or a range outside the region.
+    pub fn local_slice(&self, offset: usize, len: usize) -> Result<&[u8]> {
+        self.local_only("local_slice")?;
+        let p = self.range(offset, len, "local_slice")?;
+        // SAFETY: inside the allocation; no peer writes it (checked), no Rust code writes it
+        // while `&self` lives, and the owner's receive protocol keeps the HCA off the slot.
+        Ok(unsafe { std::slice::from_raw_parts(p, len) })
+    }
+
+    /// Like [`MemoryRegion::local_slice`], writable: for building messages in send slots.
+    pub fn local_slice_mut(&mut self, offset: usize, len: usize) -> Result<&mut [u8]> {
+        self.local_only("local_slice_mut")?;
+        let p = self.range(offset, len, "local_slice_mut")?;
+        // SAFETY: as for `local_slice`, and `&mut self` excludes other Rust references.
+        Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
+    }
+
+    fn local_only(&self, verb: &'static str) -> Result<()> {
+        if self.remote_writable() {
+            return Err(Error::InvalidArgument {
+                verb,
+                what: "peers may write this region (remote write or atomic access): copy with \
+                       read_at/write_at instead"
+                    .into(),
+            });
+        }
+        Ok(())
+    }
+
+    /// The whole buffer.
+    ///
+    /// # Safety
+    /// While the returned slice lives, nothing writes the region: no peer holding its rkey
+    /// writes it (no RDMA write or atomic targets it), and no receive or RDMA read posted by
+    /// this process lands in it. Use [`MemoryRegion::read_at`] otherwise.
+    ///
+    /// Safe code cannot borrow a region's bytes this way (issue 27: it could before):
+    /// ```compile_fail,E0133
+    /// fn peek(mr: &openib_sys::MemoryRegion) -> u8 {
+    ///     mr.as_slice()[0]
+    /// }
+    /// ```
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the buffer holds `len` initialised bytes; the caller's promise on writes.
         unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
     }
-    pub fn as_mut_slice(&mut self) -> &mut [u8] {
-        // SAFETY: as above, and we hold the only Rust reference.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_mut_ptr().cast(), self.len) }
+
+    /// The whole buffer, writable.
+    ///
+    /// # Safety
+    /// As for [`MemoryRegion::as_slice`], and the HCA does not read it either (no send, RDMA
+    /// write source or remote read of it is in flight) if the bytes sent matter.
+    ///
+    /// ```compile_fail,E0133
+    /// fn poke(mr: &mut openib_sys::MemoryRegion) {
+    ///     mr.as_mut_slice()[0] = 1;
+    /// }
+    /// ```
+    pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
+        // SAFETY: as above, and `&mut self` excludes other Rust references.
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr().cast(), self.len) }
     }
     pub fn pd(&self) -> &ProtectionDomain {
         &self.reg.pd
@@ -164,9 +326,75 @@ impl Drop for MemoryRegion {
         if !self.reg.deregister() {
             // The HCA may still reference the pages: leak them rather than free them.
             tracing::error!("leaking the buffer of a region that failed to deregister");
-            std::mem::forget(std::mem::take(&mut self.buf));
+            return;
         }
+        // SAFETY: `buf` came from Box::into_raw of `words` u64s in `alloc`, is freed once
+        // (here), and the HCA no longer references it (deregistered).
+        drop(unsafe {
+            Box::from_raw(std::ptr::slice_from_raw_parts_mut(
+                self.buf.as_ptr(),
+                self.words,
+            ))
+        });
     }
+}
+
+/// The address of `offset..offset+len` of the `region_len` bytes at `base`, or an error naming
+/// `what`.
+fn range_in(
+    base: *mut u8,
+    region_len: usize,
+    offset: usize,
+    len: usize,
+    what: &'static str,
+) -> Result<*mut u8> {
+    match offset.checked_add(len) {
+        // `wrapping_add` stays inside the allocation (`offset <= region_len`): no unsafe needed.
+        Some(end) if end <= region_len => Ok(base.wrapping_add(offset)),
+        _ => Err(Error::InvalidArgument {
+            verb: what,
+            what: format!("range {offset}+{len} is outside the {region_len}-byte region"),
+        }),
+    }
+}
+
+/// Copies `dst.len()` bytes from `src` into `dst`, [`COPY_PIECE`] at a time, without making a
+/// reference to the source bytes.
+///
+/// # Safety
+/// `src..src+dst.len()` is readable memory outside `dst`.
+unsafe fn copy_out(src: *const u8, dst: &mut [u8]) {
+    for (i, d) in dst.chunks_mut(COPY_PIECE).enumerate() {
+        // SAFETY: the caller's promise; piece `i` starts at `i * COPY_PIECE < dst.len()`.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i * COPY_PIECE), d.as_mut_ptr(), d.len()) };
+    }
+}
+
+/// Copies `src` to `dst..dst+src.len()`, [`COPY_PIECE`] at a time.
+///
+/// # Safety
+/// `dst..dst+src.len()` is writable memory outside `src` that no Rust reference covers.
+unsafe fn copy_in(src: &[u8], dst: *mut u8) {
+    for (i, s) in src.chunks(COPY_PIECE).enumerate() {
+        // SAFETY: the caller's promise.
+        unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), dst.add(i * COPY_PIECE), s.len()) };
+    }
+}
+
+/// One volatile load of the native-endian u64 at `p`, which is `offset` bytes into a
+/// u64-aligned buffer; an error when `offset` is not 8-byte aligned.
+///
+/// # Safety
+/// `p..p+8` is readable.
+unsafe fn read_u64_at(p: *const u8, offset: usize) -> Result<u64> {
+    if offset % 8 != 0 {
+        return Err(Error::InvalidArgument {
+            verb: "read_u64",
+            what: format!("offset {offset} is not 8-byte aligned"),
+        });
+    }
+    // SAFETY: readable (the caller), aligned (an aligned base plus a multiple of 8).
+    Ok(unsafe { std::ptr::read_volatile(p.cast::<u64>()) })
 }
 
 /// A scatter/gather entry for `offset..offset+len` of a `region_len`-byte region at `addr`.
@@ -326,5 +554,36 @@ impl Drop for ForeignRegion {
     fn drop(&mut self) {
         // Nothing to keep on failure: the bytes are the caller's (logged by `deregister`).
         self.reg.deregister();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The copy accessors' logic on plain memory (a registration needs a device): ranges are
+    /// checked, copies span several pieces, and u64 reads need alignment.
+    #[test]
+    fn copies_check_their_range_and_cross_pieces() {
+        let mut mem = vec![0u64; 2 * COPY_PIECE / 8 + 2];
+        let len = mem.len() * 8 - 3;
+        let base = mem.as_mut_ptr().cast::<u8>();
+        let data: Vec<u8> = (0..COPY_PIECE + 100).map(|i| (i % 251) as u8).collect();
+        let at = range_in(base, len, 5, data.len(), "t").unwrap();
+        // SAFETY: `at..at+data.len()` is inside `mem`, which nothing else references now.
+        unsafe { copy_in(&data, at) };
+        let mut back = vec![0u8; data.len()];
+        // SAFETY: as above.
+        unsafe { copy_out(at, &mut back) };
+        assert_eq!(back, data);
+        assert!(range_in(base, len, len - 1, 2, "t").is_err());
+        assert!(range_in(base, len, usize::MAX, 2, "t").is_err());
+        assert!(range_in(base, len, len, 0, "t").is_ok());
+        let p = range_in(base, len, 8, 8, "t").unwrap();
+        // SAFETY: 8 readable bytes of `mem`.
+        let v = unsafe { read_u64_at(p, 8) }.unwrap();
+        assert_eq!(v.to_ne_bytes(), data[3..11]);
+        // SAFETY: as above.
+        assert!(unsafe { read_u64_at(base.wrapping_add(4), 4) }.is_err());
     }
 }

@@ -159,7 +159,7 @@ fn best_of<T>(runs: usize, mut f: impl FnMut() -> T) -> (f64, T) {
 ///   bitmap per process more;
 /// - compressed encodings are kept only when smaller; even one deflate stream over all of
 ///   ompi-4.1's records is bigger than the default layout uncompressed;
-/// - deflate on single node blobs saves at most 5% with random QPNs and at least 16% with
+/// - deflate on single node blobs saves at most 5% with random QPNs and at least 15% with
 ///   sequential ones, and every measured blob is below the 64 KiB compression threshold.
 #[test]
 #[ignore = "measurement: run in release with --ignored --nocapture"]
@@ -357,8 +357,9 @@ fn layout_tables() {
         match values {
             // Saves at most 5% (as the table rounds: under 5.5%).
             Values::Random => assert!(zlen * 1000 > plain.len() * 945, "{row}: {zlen}"),
-            // Saves at least 16% (at least 15.5%).
-            Values::Sequential => assert!(zlen * 1000 <= plain.len() * 845, "{row}: {zlen}"),
+            // Saves at least 15% (PERFORMANCE.md: 15-48%; the synthetic values are seeded draws,
+            // and the 4-port 256-ppn row sits at 15.5-16% depending on the generator).
+            Values::Sequential => assert!(zlen * 1000 <= plain.len() * 850, "{row}: {zlen}"),
         }
         println!(
             "| {nports} ports{}, {ppn} ppn, {} QPNs, hetero | {} | {} | {:.0}% | {:.1} | {:.1} |",

@@ -1,5 +1,5 @@
-//! `openib config [--json] [NAME...]`: every setting (src/config.rs), its value in effect, where
-//! that comes from (env, file or default), its default and what it does; the settings file in
+//! `openib config [--json] [NAME...]`: every setting (src/config/table.rs), its value in
+//! effect, where that comes from (env, file or default), its default and what it does; the settings file in
 //! use first. A malformed value is shown and flagged, and makes the command exit 2 after printing
 //! everything.
 

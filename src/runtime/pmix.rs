@@ -56,7 +56,7 @@ pub struct PmixOptions {
     pub name_missing: bool,
 }
 
-/// Setting (a bool, src/config.rs): `0`, `off`, `no` or `false` turns the fence arrival marks
+/// Setting (a bool, src/config/table.rs): `0`, `off`, `no` or `false` turns the fence arrival marks
 /// off; `1`, `on`, `yes`, `true` or unset leaves them on; anything else is an error.
 pub const MARKS_ENV: &str = "OPENIB_PMIX_FENCE_MARKS";
 

@@ -6,8 +6,8 @@
 //! transport method is one `extern "C"` function here plus its declaration in the header (the
 //! `capi_abi` test checks that both agree).
 //!
-//! This crate is the outward FFI boundary, hence under `sys/` (the only tree with `unsafe`).
-//! The unsafe code is limited to: turning the caller's pointers into references (each
+//! This crate is the top layer and the outward FFI boundary (`capi/`, beside the crates it
+//! uses; with `sys/`, the only code allowed `unsafe`). The unsafe code is limited to: turning the caller's pointers into references (each
 //! null-checked first, in the helpers below), writing through out-pointers, turning boxes into
 //! pointers and back (open/close, mem_alloc/mem_free), and calling the caller's receive
 //! callback. No panic crosses the boundary: every entry point runs inside [`call`], which
@@ -1338,11 +1338,9 @@ mod tests {
     /// The header's `enum openib_error` lists exactly the codes of this crate.
     #[test]
     fn header_error_codes_match() {
-        let header = std::fs::read_to_string(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../include/openib.h"
-        ))
-        .expect("include/openib.h");
+        let header =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../include/openib.h"))
+                .expect("include/openib.h");
         let mut found = Vec::new();
         for line in header.lines() {
             let l = line.trim();

@@ -8,7 +8,8 @@
 //! Results: docs/PERFORMANCE.md ("Modex").
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use openib::modex::synth::{ib_template, synth_job, Values};
+use openib::modex::fixtures::{ib_template, synth_job};
+use openib::modex::synth::Values;
 use openib::modex::{Compression, LocalProcs, NodeBlob};
 use std::hint::black_box;
 

@@ -5,8 +5,9 @@
 //! Regenerate the seed corpus (small, checked in) with
 //!     cargo test -p openib --test modex_corpus -- --ignored write_seed_corpus
 
+use openib::modex::fixtures::{ib_template, synth_job};
 use openib::modex::oracle::{check_node, check_proc_input, proc_input};
-use openib::modex::synth::{ib_template, synth_job, Values};
+use openib::modex::synth::Values;
 use openib::modex::{Compression, LocalProcs, NodeBlob};
 use std::path::{Path, PathBuf};
 

@@ -7,9 +7,10 @@
 //! docs/MODEX.md make of them (sizes and ratios only, never times); the quick (non-ignored)
 //! test checks some of them on a small shape.
 
+use openib::modex::fixtures::{ib_template, synth_job};
 use openib::modex::procs::encode_raw_columns;
 use openib::modex::size::{kv_bytes, ompi_value_len, OMPI41_KEY, OMPI41_PORT_COMMON};
-use openib::modex::synth::{ib_template, synth_job, SynthNode, Values};
+use openib::modex::synth::{SynthNode, Values};
 use openib::modex::{Compression, LocalProcs, NodeBlob, ProcBlob, KEY_NODE, KEY_PROC};
 use std::time::Instant;
 

@@ -12,8 +12,12 @@
 //! docs/RUNTIME.md); every survivor says the same failed set, the victims;
 //! the lowest survivor's JSON lists exactly the survivors under the "pmix" backend and
 //! `"failed"` = the victims; the run ends within [`HANG_BOUND`] (a run takes about 0.5 s
-//! here, debug build).
+//! here, debug build). The cases and the checks they share with tests/modex_fault.rs are in
+//! tests/common/fault_cases.rs; here is what the server adds (its exit status and per-rank
+//! endings).
 
+#[path = "common/fault_cases.rs"]
+mod fault_cases;
 #[path = "common/fault_feature.rs"]
 mod fault_feature;
 #[path = "common/prereq.rs"]
@@ -23,6 +27,7 @@ mod victims;
 
 use prereq::Unmet;
 
+use fault_cases::{bin, one_run, Launcher, Outcome, HANG_BOUND, NP};
 use serde_json::Value;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -30,26 +35,12 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-const RUNS: usize = 20;
-const NP: u32 = 8;
-/// A run that takes longer than this hangs; it is killed at [`KILL_AFTER`].
-const HANG_BOUND: Duration = Duration::from_secs(30);
+/// A run is killed after this (it counts as hung from [`HANG_BOUND`]).
 const KILL_AFTER: Duration = Duration::from_secs(90);
 
 /// Survivors that exited 0 but whose `PMIx_Finalize` never reached the server (counted and
-/// printed, not a failure: see [`one_run`]).
+/// printed, not a failure: see [`PmixServer::check_endings`]).
 static UNFINALIZED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_openib")
-}
-
-fn fixture() -> String {
-    format!(
-        "{}/tests/fixtures/ib-dual-port.json",
-        env!("CARGO_MANIFEST_DIR")
-    )
-}
 
 /// Compiles the test server once into `<target>/pmix_test_server` with `$CC` (default `cc`)
 /// and `pkg-config pmix`. No compiler or no libpmix-dev is a missing prerequisite (a failure
@@ -135,62 +126,89 @@ fn probe() -> PathBuf {
     profile_dir.join("examples").join("pmix_probe")
 }
 
-struct Outcome {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    took: Duration,
+/// `pmix_test_server -n 8 -t 60 -- openib modex exchange --json ... [--mode M]`, killed after
+/// [`KILL_AFTER`].
+struct PmixServer(&'static Path);
+
+/// The launcher, or `None` (a skip, said on stderr) when the server's prerequisites are missing
+/// outside CI.
+fn pmix() -> Option<PmixServer> {
+    server().map(PmixServer)
 }
 
-/// Runs the server (8 ranks of `openib modex exchange`) with `fault`, killed after
-/// [`KILL_AFTER`].
-fn launch(server: &Path, fault: Option<&str>, mode: Option<&str>) -> Outcome {
-    let mut c = Command::new(server);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {
-            c.env_remove(k);
+impl Launcher for PmixServer {
+    const TEST: &'static str = "pmix_faults";
+    const BACKEND: &'static str = "pmix";
+    const EMULATES_NODES: bool = false;
+
+    fn launch(&self, fault: Option<&str>, mode: Option<&str>, _nodes: u32) -> Outcome {
+        let mut c = Command::new(self.0);
+        fault_cases::clean_env(&mut c);
+        if let Some(f) = fault {
+            c.env("OPENIB_FAULT", f);
+        }
+        c.args(["-n", &NP.to_string(), "-t", "60", "--"])
+            .arg(bin())
+            .args(fault_cases::exchange_args());
+        if let Some(m) = mode {
+            c.args(["--mode", m]);
+        }
+        let t0 = Instant::now();
+        let mut child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start pmix_test_server");
+        let out = child.stdout.take().expect("stdout");
+        let err = child.stderr.take().expect("stderr");
+        let out_t = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
+        let err_t = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
+        let code = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s.code();
+            }
+            if t0.elapsed() > KILL_AFTER {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "OPENIB_FAULT={fault:?}: hung, killed after {KILL_AFTER:?}; stderr:\n{}",
+                    err_t.join().unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        Outcome {
+            code,
+            took: t0.elapsed(),
+            stdout: out_t.join().unwrap_or_default(),
+            stderr: err_t.join().unwrap_or_default(),
         }
     }
-    if let Some(f) = fault {
-        fault_feature::require("pmix_faults");
-        c.env("OPENIB_FAULT", f);
-    }
-    c.args(["-n", &NP.to_string(), "-t", "60", "--"])
-        .arg(bin())
-        .args(["modex", "exchange", "--json", "--fixture", &fixture()])
-        .args(["--timeout", "20"]);
-    if let Some(m) = mode {
-        c.args(["--mode", m]);
-    }
-    let t0 = Instant::now();
-    let mut child = c
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start pmix_test_server");
-    let out = child.stdout.take().expect("stdout");
-    let err = child.stderr.take().expect("stderr");
-    let out_t = std::thread::spawn(move || std::io::read_to_string(out).unwrap_or_default());
-    let err_t = std::thread::spawn(move || std::io::read_to_string(err).unwrap_or_default());
-    let code = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s.code();
+
+    fn check_endings(&self, o: &Outcome, dead: &[u32], ctx: &str) {
+        // 3: some ranks were killed, every other one exited 0; 0: every rank exited 0.
+        assert_eq!(o.code, Some(if dead.is_empty() { 0 } else { 3 }), "{ctx}");
+        let ends = endings(&o.stderr, ctx);
+        assert_eq!(ends.len(), NP as usize, "one ending per rank: {ctx}");
+        for (rank, how) in &ends {
+            if dead.contains(rank) {
+                assert_eq!(how, "killed by signal 9", "rank {rank}: {ctx}");
+            } else if how == "exited with status 0 without PMIx_Finalize" {
+                // libpmix 4.2.2: the client's finalize did not reach the server within its 2 s
+                // (docs/RUNTIME.md); the rank still exited 0.
+                UNFINALIZED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            } else {
+                assert_eq!(how, "exited with status 0", "rank {rank}: {ctx}");
+            }
         }
-        if t0.elapsed() > KILL_AFTER {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "OPENIB_FAULT={fault:?}: hung, killed after {KILL_AFTER:?}; stderr:\n{}",
-                err_t.join().unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    Outcome {
-        code,
-        took: t0.elapsed(),
-        stdout: out_t.join().unwrap_or_default(),
-        stderr: err_t.join().unwrap_or_default(),
+    }
+
+    fn note(&self) -> String {
+        format!(
+            " ({} survivor(s) so far in this binary exited 0 without their PMIx_Finalize \
+             reaching the server)",
+            UNFINALIZED.load(std::sync::atomic::Ordering::Relaxed)
+        )
     }
 }
 
@@ -216,143 +234,55 @@ fn endings(stderr: &str, ctx: &str) -> Vec<(u32, String)> {
         .collect()
 }
 
-/// One run with `point` at `dead` (empty: no fault); checks everything, returns its duration.
-fn one_run(server: &Path, point: &str, dead: &[u32], mode: Option<&str>) -> Duration {
-    let ranks: Vec<String> = dead.iter().map(u32::to_string).collect();
-    let fault = format!("{point}:{}", ranks.join(","));
-    let o = launch(server, (!dead.is_empty()).then_some(fault.as_str()), mode);
-    let ctx = format!(
-        "OPENIB_FAULT={fault} mode {mode:?}: status {:?}, {:?}\nstdout: {}\nstderr: {}",
-        o.code, o.took, o.stdout, o.stderr
-    );
-    assert!(o.took < HANG_BOUND, "took {:?}: {ctx}", o.took);
-    // 3: some ranks were killed, every other one exited 0; 0: every rank exited 0.
-    assert_eq!(o.code, Some(if dead.is_empty() { 0 } else { 3 }), "{ctx}");
-    let ends = endings(&o.stderr, &ctx);
-    assert_eq!(ends.len(), NP as usize, "one ending per rank: {ctx}");
-    for (rank, how) in &ends {
-        if dead.contains(rank) {
-            assert_eq!(how, "killed by signal 9", "rank {rank}: {ctx}");
-        } else if how == "exited with status 0 without PMIx_Finalize" {
-            // libpmix 4.2.2: the client's finalize did not reach the server within its 2 s
-            // (docs/RUNTIME.md); the rank still exited 0.
-            UNFINALIZED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        } else {
-            assert_eq!(how, "exited with status 0", "rank {rank}: {ctx}");
-        }
-    }
-    let survivors: Vec<u32> = (0..NP).filter(|r| !dead.contains(r)).collect();
-    // Every survivor names the same failed set: the victims.
-    if !dead.is_empty() {
-        for &r in &survivors {
-            let line = format!(
-                "openib modex exchange: rank {r}: survivors agree; failed rank(s) {dead:?}"
-            );
-            assert!(o.stderr.lines().any(|l| l == line), "rank {r}: {ctx}");
-        }
-    }
-    assert_eq!(
-        o.stderr.matches("survivors agree").count(),
-        if dead.is_empty() { 0 } else { survivors.len() },
-        "{ctx}"
-    );
-    // The lowest survivor's table: exactly the survivors.
-    let v: Value =
-        serde_json::from_str(&o.stdout).unwrap_or_else(|e| panic!("not one JSON ({e}): {ctx}"));
-    assert_eq!(v["backend"], "pmix", "{ctx}");
-    assert_eq!(v["size"], NP as u64, "{ctx}");
-    assert_eq!(v["reporter"], survivors[0] as u64, "{ctx}");
-    let failed: Vec<u32> = v["failed"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no \"failed\": {ctx}"))
-        .iter()
-        .map(|x| x.as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(failed, dead, "{ctx}");
-    let listed: Vec<u32> = v["peers"]
-        .as_array()
-        .unwrap_or_else(|| panic!("no \"peers\": {ctx}"))
-        .iter()
-        .map(|p| p["rank"].as_u64().unwrap() as u32)
-        .collect();
-    assert_eq!(listed, survivors, "{ctx}");
-    o.took
-}
-
-fn report(what: &str, mut times: Vec<Duration>) {
-    times.sort();
-    eprintln!(
-        "{what}: {} runs, median {:?}, max {:?} ({} survivor(s) so far in this binary exited 0 \
-         without their PMIx_Finalize reaching the server)",
-        times.len(),
-        times[times.len() / 2],
-        times[times.len() - 1],
-        UNFINALIZED.load(std::sync::atomic::Ordering::Relaxed)
-    );
-}
-
-/// One case `RUNS` times; prints the times (shown with --nocapture).
-fn case(point: &str, two: bool) {
-    let Some(server) = server() else { return };
-    let times = (0..RUNS)
-        .map(|run| one_run(server, point, &victims::victims(NP, two, run), None))
-        .collect();
-    report(
-        &format!("{point}, {} victim(s)", if two { 2 } else { 1 }),
-        times,
-    );
+/// One case of tests/common/fault_cases.rs under the server (a skip when it cannot be built
+/// outside CI).
+fn under_the_server(point: &str, two: bool) {
+    let Some(l) = pmix() else { return };
+    fault_cases::case(&l, point, two);
 }
 
 #[test]
 fn no_failure_exchanges_every_rank() {
-    let Some(server) = server() else { return };
-    one_run(server, "before-put", &[], None);
+    let Some(l) = pmix() else { return };
+    one_run(&l, "before-put", &[], None, 1);
 }
 
 #[test]
 fn one_rank_dies_before_its_put() {
-    case("before-put", false);
+    under_the_server("before-put", false);
 }
 
 #[test]
 fn two_ranks_die_before_their_put() {
-    case("before-put", true);
+    under_the_server("before-put", true);
 }
 
 #[test]
 fn one_rank_dies_after_its_put() {
-    case("after-put", false);
+    under_the_server("after-put", false);
 }
 
 #[test]
 fn two_ranks_die_after_their_put() {
-    case("after-put", true);
+    under_the_server("after-put", true);
 }
 
 #[test]
 fn one_rank_dies_inside_the_fence() {
-    case("in-fence", false);
+    under_the_server("in-fence", false);
 }
 
 #[test]
 fn two_ranks_die_inside_the_fence() {
-    case("in-fence", true);
+    under_the_server("in-fence", true);
 }
 
 /// The per-process and on-demand modes (one fence, then a second, non-collecting one): every
 /// point in each run, modes and victim counts rotating.
 #[test]
 fn other_modes() {
-    let Some(server) = server() else { return };
-    let mut times = Vec::new();
-    for run in 0..RUNS {
-        let mode = ["per-process", "on-demand"][run % 2];
-        for point in ["before-put", "after-put", "in-fence"] {
-            let dead = victims::victims(NP, run % 4 >= 2, run);
-            times.push(one_run(server, point, &dead, Some(mode)));
-        }
-    }
-    report("other modes", times);
+    let Some(l) = pmix() else { return };
+    fault_cases::other_modes(&l, "other modes");
 }
 
 /// The server's own behaviour the cases rely on: a rank killed after a first fence is

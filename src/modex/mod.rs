@@ -21,7 +21,8 @@ pub mod error;
 pub mod frame;
 pub mod layout;
 pub mod node;
-#[doc(hidden)]
+/// The decoders' contracts on arbitrary input (property tests, fuzz targets, corpus replay).
+#[cfg(any(test, feature = "wire-oracle"))]
 pub mod oracle;
 pub mod procs;
 pub mod reader;
@@ -31,6 +32,10 @@ pub mod build;
 pub mod exchange;
 pub mod size;
 pub mod synth;
+
+// Test support (docs/DESIGN.md, "Fault injection and test support"): never in a default build.
+#[cfg(any(test, feature = "test-support"))]
+pub mod fixtures;
 
 #[cfg(test)]
 mod proptests;

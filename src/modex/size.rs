@@ -163,7 +163,8 @@ pub fn job_sizes_iter(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::modex::synth::{ib_template, synth_job, Values};
+    use crate::modex::fixtures::{ib_template, synth_job};
+    use crate::modex::synth::Values;
 
     #[test]
     fn ompi_counts_follow_the_issue() {

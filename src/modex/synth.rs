@@ -1,5 +1,8 @@
 //! Synthetic jobs for `modex size`, the benchmark and the layout measurements: one node's blob
 //! as a template, repeated over `nodes` nodes with the values a real fabric would give them.
+//! Production code (`openib modex size` builds its jobs with [`synth_node_with`]); the fixed
+//! templates and whole jobs that only tests and benchmarks use are in `src/modex/fixtures.rs`
+//! (cargo feature `test-support`).
 //!
 //! The value model (documented in docs/PERFORMANCE.md):
 //! - LIDs: the subnet manager hands them out in order: node k's port i gets
@@ -13,7 +16,6 @@
 
 use super::node::NodeBlob;
 use super::procs::{PortSet, ProcBlob};
-use super::{CpcRecord, Device, NodePort, WireLinkLayer};
 use openib_cpc::CpcId;
 
 /// How per-process values are drawn.
@@ -48,75 +50,6 @@ impl std::str::FromStr for Values {
 pub struct SynthNode {
     pub node: NodeBlob,
     pub procs: Vec<ProcBlob>,
-}
-
-/// A node of `nports` InfiniBand ports on one ConnectX-5 (two ports per device), one subnet,
-/// udcm on each port, plus rdmacm (IPoIB, IPv4) when `rdmacm`.
-pub fn ib_template(nports: usize, rdmacm: bool) -> NodeBlob {
-    let ndev = nports.div_ceil(2).max(1);
-    let devices = vec![
-        Device {
-            vendor_id: 0x02c9,
-            vendor_part_id: 4119,
-            transport: 0
-        };
-        ndev
-    ];
-    let ports = (0..nports)
-        .map(|i| {
-            let mut cpcs = vec![CpcRecord {
-                cpc: CpcId::Udcm.index(),
-                priority: CpcId::Udcm.default_priority(),
-                proc_len: 3,
-                blob: vec![],
-            }];
-            if rdmacm {
-                cpcs.push(CpcRecord {
-                    cpc: CpcId::Rdmacm.index(),
-                    priority: CpcId::Rdmacm.default_priority(),
-                    proc_len: 2,
-                    blob: vec![10, 20 + i as u8, 0, 1],
-                });
-            }
-            NodePort {
-                device: (i / 2) as u8,
-                port_num: (i % 2) as u8 + 1,
-                link_layer: WireLinkLayer::InfiniBand,
-                mtu: 5,
-                lid: 1 + i as u16,
-                apm_lid: 0,
-                subnet_id: 0xfe80_0000_0000_0000,
-                cpcs,
-            }
-        })
-        .collect();
-    NodeBlob {
-        devices,
-        ports,
-        local_procs: None,
-        extensions: vec![],
-    }
-}
-
-/// Node `k` of a job built on `template`: its node blob and `ppn` processes. With
-/// `hetero`, every odd local rank excludes the node's first port (when there are two or more).
-pub fn synth_node(
-    template: &NodeBlob,
-    k: usize,
-    ppn: usize,
-    values: Values,
-    hetero: bool,
-    seed: u64,
-) -> SynthNode {
-    let nports = template.ports.len();
-    let all = PortSet::all(nports);
-    synth_node_with(template, k, ppn, values, seed, |rank| {
-        let mut ports = all;
-        if hetero && nports >= 2 && rank % 2 == 1 {
-            ports.remove(0);
-        }
-        ports
-    })
 }
 
 /// Node `k` with `ports_of(local rank)` giving each process's ports.
@@ -183,18 +116,4 @@ pub fn synth_node_with(
         })
         .collect();
     SynthNode { node, procs }
-}
-
-/// Every node of a `nodes` x `ppn` job.
-pub fn synth_job(
-    template: &NodeBlob,
-    nodes: usize,
-    ppn: usize,
-    values: Values,
-    hetero: bool,
-    seed: u64,
-) -> Vec<SynthNode> {
-    (0..nodes)
-        .map(|k| synth_node(template, k, ppn, values, hetero, seed))
-        .collect()
 }

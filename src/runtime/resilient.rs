@@ -812,7 +812,8 @@ impl ResilientFence {
 }
 
 /// One message of every body kind, with and without failures in the view (unit tests, and the
-/// fuzzers' seeds in `crate::wire_oracle`).
+/// fuzzers' seeds in `crate::wire_oracle`; cargo feature `wire-oracle`).
+#[cfg(any(test, feature = "wire-oracle"))]
 pub fn example_messages() -> Vec<ResMsg> {
     use crate::runtime::Scope;
     let failed = Arc::new(vec![2, 9]);

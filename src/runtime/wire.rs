@@ -384,7 +384,9 @@ pub fn read_frame(r: &mut impl Read) -> std::io::Result<Option<Msg>> {
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))
 }
 
-/// One message of every kind (unit tests, and the fuzzers' seeds in `crate::wire_oracle`).
+/// One message of every kind (unit tests, and the fuzzers' seeds in `crate::wire_oracle`;
+/// cargo feature `wire-oracle`).
+#[cfg(any(test, feature = "wire-oracle"))]
 pub fn examples() -> Vec<Msg> {
     let e = Entry {
         scope: Scope::Local,

@@ -51,10 +51,10 @@ mod shared;
 pub mod shared_regs;
 pub mod srq;
 pub mod wire;
+pub mod wireup;
 
 pub use shared::SharedTransport;
 
-use crate::ping::{PingConfig, PingError, Wireup};
 use crate::runtime::Runtime;
 use dropped::DroppedQps;
 use flow::{fragments, Credits, Reorder, TrainAssembly};
@@ -74,6 +74,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::{train_piece, Header, ImmHeader, Kind, Rts, HDR, RTS_LEN};
+use wireup::{PingConfig, PingError, Wireup};
 
 /// Maps keyed by small integers (request ids, sequence numbers, QP numbers) on the hot path:
 /// a multiplicative hash instead of SipHash (the keys come from this process, not from peers).

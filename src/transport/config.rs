@@ -1,6 +1,7 @@
 //! Transport settings ([`TransportConfig`], read from the environment and the settings file) and
 //! the limits they imply.
 
+use super::error::TransportError;
 use super::*;
 
 /// Transport settings; see `openib config` for their environment names and defaults.

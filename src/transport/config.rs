@@ -2,6 +2,7 @@
 //! the limits they imply.
 
 use super::error::TransportError;
+use super::rendezvous::RndvProtocol;
 use super::*;
 
 /// Transport settings; see `openib config` for their environment names and defaults.

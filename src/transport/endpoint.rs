@@ -3,6 +3,7 @@
 //! posting of work requests, and the endpoint's counters.
 
 use super::error::TransportError;
+use super::rendezvous::{Incoming, Outgoing};
 use super::*;
 
 /// Send-queue entries kept free for credit returns and FINs.

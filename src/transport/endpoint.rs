@@ -4,6 +4,7 @@
 
 use super::error::TransportError;
 use super::rendezvous::{Incoming, Outgoing};
+use super::send::Op;
 use super::*;
 
 /// Send-queue entries kept free for credit returns and FINs.

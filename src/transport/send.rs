@@ -4,6 +4,7 @@
 
 use super::endpoint::{Endpoint, EndpointState, Posted};
 use super::error::TransportError;
+use super::rdma::{check_range, AtomicOp};
 use super::rendezvous::{Outgoing, Source};
 use super::*;
 

@@ -3,6 +3,7 @@
 //! posting of work requests, and the endpoint's counters.
 
 use super::error::TransportError;
+use super::recv::Ready;
 use super::rendezvous::{Incoming, Outgoing};
 use super::send::Op;
 use super::*;

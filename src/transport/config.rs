@@ -2,8 +2,11 @@
 //! the limits they imply.
 
 use super::error::TransportError;
+use super::flow::Credits;
 use super::rendezvous::RndvProtocol;
-use super::*;
+use super::wireup::PingConfig;
+use super::{wire, CTL_RESERVE};
+use std::time::Duration;
 
 /// Transport settings; see `openib config` for their environment names and defaults.
 #[derive(Clone)]
@@ -156,6 +159,7 @@ pub(super) fn check_msg_len(len: usize, max_msg: u64) -> Result<(), TransportErr
 #[cfg(test)]
 mod limit_tests {
     use super::*;
+    use crate::transport::pool;
 
     /// Regression (issue 27): a send of any length went out, for the peer to allocate.
     #[test]

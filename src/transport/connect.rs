@@ -5,7 +5,11 @@
 use super::endpoint::{unwr, wr, EndpointState, Posted, ANY_PEER, KIND_RECV, KIND_SRQ};
 use super::error::{Completion, FailureCause, TransportError};
 use super::rendezvous::Source;
-use super::*;
+use super::wire::HDR;
+use super::Transport;
+use openib_cpc::Connection;
+use openib_sys::{Access, MemoryRegion, RecvRequest, WorkCompletion};
+use std::time::{Duration, Instant};
 
 impl Transport {
     /// Connects to every peer now instead of on first use (for benchmarks and wire-up timing).

@@ -3,10 +3,17 @@
 //! posting of work requests, and the endpoint's counters.
 
 use super::error::TransportError;
+use super::flow::{Credits, Reorder, TrainAssembly};
 use super::recv::Ready;
 use super::rendezvous::{Incoming, Outgoing};
 use super::send::Op;
-use super::*;
+use super::wire::{Header, ImmHeader, Kind, HDR};
+use super::{IdMap, Tag, CTL_RESERVE, MAX_QUEUE};
+use openib_cpc::Connection;
+use openib_sys::{MemoryRegion, SendOp};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// Send-queue entries kept free for credit returns and FINs.
 const SQ_RESERVE: usize = 4;

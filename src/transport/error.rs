@@ -1,7 +1,9 @@
 //! What fails and why: [`TransportError`] for calls, [`FailureCause`] for an endpoint, and the
 //! [`Completion`]s that report each operation's outcome.
 
-use super::*;
+use super::peer::PeerError;
+use super::wireup::PingError;
+use std::time::Duration;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TransportError {

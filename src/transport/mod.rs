@@ -70,15 +70,10 @@ use dropped::DroppedQps;
 use endpoint::{wr, Endpoint, SqBudget, ANY_PEER, KIND_RECV, KIND_SRQ};
 pub use endpoint::{EndpointState, EndpointStats, SendBudget, SrqStats};
 pub use error::{Completion, FailureCause, TransportError};
-use flow::{fragments, Credits, Reorder, TrainAssembly};
+use flow::Credits;
 use handlers::Handlers;
-use openib_cpc::Connection;
 use openib_sys::clock::{self, TickRate};
-use openib_sys::{
-    Access, ForeignRegion, MemoryRegion, ProtectionDomain, RecvRequest, SendOp, SharedRegion,
-    WorkCompletion,
-};
-use peer::{PeerError, PeerLimits, RecvBook, Step};
+use openib_sys::{Access, MemoryRegion, ProtectionDomain, SharedRegion, WorkCompletion};
 use peer_map::PeerMap;
 use progress::SERVICE_POLL;
 pub use progress::{BacklogWarning, IdleBackoff, Sleeper};
@@ -86,12 +81,12 @@ pub use rdma::{AtomicOp, RemoteRegion};
 use regcache::{CacheStats, RegCache};
 pub use rendezvous::{is_software_rdma, RndvProtocol};
 use shared_regs::{SharedRegStats, SharedRegs};
-use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use wire::{train_piece, Header, ImmHeader, Kind, Rts, HDR, RTS_LEN};
-use wireup::{PingConfig, PingError, Wireup};
+use wire::HDR;
+use wireup::Wireup;
 
 /// Maps keyed by small integers (request ids, sequence numbers, QP numbers) on the hot path:
 /// a multiplicative hash instead of SipHash (the keys come from this process, not from peers).

@@ -8,7 +8,10 @@ use super::endpoint::{
 use super::error::{Completion, FailureCause, TransportError};
 use super::recv::Ready;
 use super::rendezvous::release_outgoing;
-use super::*;
+use super::Transport;
+use openib_sys::clock;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 /// How often `progress` polls the connection services and the failure detector when no
 /// connection is being made (incoming connection requests are answered within this, or

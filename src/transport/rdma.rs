@@ -3,7 +3,9 @@
 
 use super::error::TransportError;
 use super::send::Op;
-use super::*;
+use super::Transport;
+use openib_sys::MemoryRegion;
+use std::sync::Arc;
 
 /// A registered region's remote handle, to give a peer (through any message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -4,8 +4,12 @@
 
 use super::endpoint::{EndpointState, KIND_SRQ};
 use super::error::{FailureCause, TransportError};
+use super::flow::{Credits, Reorder};
+use super::peer::{PeerError, PeerLimits, RecvBook, Step};
 use super::rendezvous::{release_outgoing, Incoming, Outgoing};
-use super::*;
+use super::wire::HDR;
+use super::{peer, srq, IdMap, Tag, Transport};
+use openib_sys::MemoryRegion;
 
 /// The largest copy of a rendezvous payload kept for the next one (a larger one is freed once
 /// delivered).

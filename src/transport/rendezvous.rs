@@ -4,7 +4,11 @@
 
 use super::endpoint::Endpoint;
 use super::error::{Completion, TransportError};
-use super::*;
+use super::regcache::RegCache;
+use super::wire::Rts;
+use super::Tag;
+use openib_sys::{ForeignRegion, MemoryRegion, SharedRegion};
+use std::sync::Arc;
 
 /// How a receiver takes an incoming rendezvous (`OPENIB_RNDV_PROTOCOL`): its choice alone, so
 /// the processes of a job may differ.

@@ -4,9 +4,13 @@
 
 use super::endpoint::{Endpoint, EndpointState, Posted};
 use super::error::TransportError;
+use super::flow::fragments;
 use super::rdma::{check_range, AtomicOp};
 use super::rendezvous::{Outgoing, Source};
-use super::*;
+use super::wire::{train_piece, Kind, Rts, HDR, RTS_LEN};
+use super::{Tag, Transport, MAX_QUEUE};
+use openib_sys::{Access, ForeignRegion, MemoryRegion, SendOp, SharedRegion};
+use std::sync::Arc;
 
 /// User operations, started in call order.
 pub(super) enum Op {

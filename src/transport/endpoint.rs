@@ -2,11 +2,11 @@
 //! requests in flight ([`InFlight`], [`Posted`]), the port-wide send budget ([`SqBudget`]), the
 //! posting of work requests, and the endpoint's counters.
 
-use super::error::TransportError;
+use super::error::{Completion, TransportError};
 use super::flow::{Credits, Reorder, TrainAssembly};
-use super::recv::Ready;
-use super::rendezvous::{Incoming, Outgoing};
-use super::send::Op;
+use super::op::Op;
+use super::regcache::RegCache;
+use super::rendezvous::{Incoming, Outgoing, Source};
 use super::wire::{Header, ImmHeader, Kind, HDR};
 use super::{IdMap, Tag, CTL_RESERVE, MAX_QUEUE};
 use openib_cpc::Connection;
@@ -694,6 +694,31 @@ impl Endpoint {
         self.stats.tails_closed += 1;
         Ok(())
     }
+}
+
+/// A message ready for (or held back from) its callback.
+pub(super) enum Ready {
+    Eager { tag: Tag, data: Vec<u8> },
+    Rndv { seq: u32 },
+}
+
+/// Ends our rendezvous send `seq` to `peer` (see [`Outgoing::finished`]): its source goes back
+/// and its completion is reported.
+pub(super) fn release_outgoing(
+    ep: &mut Endpoint,
+    peer: u32,
+    seq: u32,
+    cache: &mut RegCache<MemoryRegion>,
+    done: &mut Vec<Completion>,
+) {
+    let o = ep.outgoing.remove(&seq).expect("a finished outgoing");
+    if let Source::Cached(m) = o.src {
+        cache.give_back(m);
+    }
+    done.push(Completion::Done {
+        peer,
+        token: o.token,
+    });
 }
 
 #[cfg(test)]

@@ -3,11 +3,10 @@
 //! yield or sleep; completions wait until the caller takes them ([`BacklogWarning`]).
 
 use super::endpoint::{
-    unwr, Endpoint, EndpointState, Posted, ANY_PEER, KIND_RECV, KIND_SQ, KIND_SRQ,
+    release_outgoing, unwr, Endpoint, EndpointState, Posted, Ready, ANY_PEER, KIND_RECV, KIND_SQ,
+    KIND_SRQ,
 };
 use super::error::{Completion, FailureCause, TransportError};
-use super::recv::Ready;
-use super::rendezvous::release_outgoing;
 use super::Transport;
 use openib_sys::clock;
 use std::sync::atomic::Ordering;

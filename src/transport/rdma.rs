@@ -2,7 +2,7 @@
 //! ([`RemoteRegion`]).
 
 use super::error::TransportError;
-use super::send::Op;
+use super::op::{AtomicOp, Op};
 use super::Transport;
 use openib_sys::MemoryRegion;
 use std::sync::Arc;
@@ -38,13 +38,6 @@ impl RemoteRegion {
             len: u64::from_le_bytes(b[12..].try_into().expect("8")),
         })
     }
-}
-
-/// A 64-bit remote atomic.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AtomicOp {
-    FetchAdd { add: u64 },
-    CompareSwap { compare: u64, swap: u64 },
 }
 
 pub(super) fn check_range(

@@ -2,13 +2,14 @@
 //! [`peer::receive`]) and dispatched by kind, messages delivered to their callbacks in order,
 //! and receive buffers posted again.
 
-use super::endpoint::{EndpointState, KIND_SRQ};
+use super::endpoint::release_outgoing;
+use super::endpoint::{EndpointState, Ready, KIND_SRQ};
 use super::error::{FailureCause, TransportError};
 use super::flow::{Credits, Reorder};
 use super::peer::{PeerError, PeerLimits, RecvBook, Step};
-use super::rendezvous::{release_outgoing, Incoming, Outgoing};
+use super::rendezvous::{Incoming, Outgoing};
 use super::wire::HDR;
-use super::{peer, srq, IdMap, Tag, Transport};
+use super::{peer, srq, IdMap, Transport};
 use openib_sys::MemoryRegion;
 
 /// The largest copy of a rendezvous payload kept for the next one (a larger one is freed once
@@ -49,12 +50,6 @@ impl RecvBook for EndpointBook<'_> {
             written: i.written,
         })
     }
-}
-
-/// A message ready for (or held back from) its callback.
-pub(super) enum Ready {
-    Eager { tag: Tag, data: Vec<u8> },
-    Rndv { seq: u32 },
 }
 
 impl Transport {

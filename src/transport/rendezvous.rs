@@ -2,9 +2,7 @@
 //! ([`RndvProtocol`]), where a payload lives until the peer is done with it ([`Source`]), and
 //! the state of each transfer in either direction ([`Outgoing`], [`Incoming`]).
 
-use super::endpoint::Endpoint;
-use super::error::{Completion, TransportError};
-use super::regcache::RegCache;
+use super::error::TransportError;
 use super::wire::Rts;
 use super::Tag;
 use openib_sys::{ForeignRegion, MemoryRegion, SharedRegion};
@@ -214,25 +212,6 @@ impl SendProgress {
             .is_none_or(|h| self.writing == 0 && self.next >= h);
         written && (!self.fin_due() || self.fin_seen)
     }
-}
-
-/// Ends our rendezvous send `seq` to `peer` (see [`Outgoing::finished`]): its source goes back
-/// and its completion is reported.
-pub(super) fn release_outgoing(
-    ep: &mut Endpoint,
-    peer: u32,
-    seq: u32,
-    cache: &mut RegCache<MemoryRegion>,
-    done: &mut Vec<Completion>,
-) {
-    let o = ep.outgoing.remove(&seq).expect("a finished outgoing");
-    if let Source::Cached(m) = o.src {
-        cache.give_back(m);
-    }
-    done.push(Completion::Done {
-        peer,
-        token: o.token,
-    });
 }
 
 #[cfg(test)]

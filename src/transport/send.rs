@@ -5,66 +5,13 @@
 use super::endpoint::{Endpoint, EndpointState, Posted};
 use super::error::TransportError;
 use super::flow::fragments;
-use super::rdma::{check_range, AtomicOp};
+use super::op::{AtomicOp, Op};
+use super::rdma::check_range;
 use super::rendezvous::{Outgoing, Source};
 use super::wire::{train_piece, Kind, Rts, HDR, RTS_LEN};
 use super::{Tag, Transport, MAX_QUEUE};
 use openib_sys::{Access, ForeignRegion, MemoryRegion, SendOp, SharedRegion};
 use std::sync::Arc;
-
-/// User operations, started in call order.
-pub(super) enum Op {
-    Eager {
-        tag: Tag,
-        seq: u32,
-        data: Vec<u8>,
-        token: u64,
-    },
-    /// The pieces of a train not posted yet: `data[off..]`.
-    Train {
-        tag: Tag,
-        seq: u32,
-        data: Vec<u8>,
-        off: usize,
-        token: u64,
-    },
-    Rts {
-        tag: Tag,
-        seq: u32,
-        src: Source,
-        len: usize,
-        token: u64,
-    },
-    Rdma {
-        write: bool,
-        local: Arc<MemoryRegion>,
-        offset: usize,
-        remote_addr: u64,
-        rkey: u32,
-        len: usize,
-        token: u64,
-    },
-    Atomic {
-        op: AtomicOp,
-        local: Arc<MemoryRegion>,
-        offset: usize,
-        remote_addr: u64,
-        rkey: u32,
-        token: u64,
-    },
-}
-
-impl Op {
-    pub(super) fn token(&self) -> u64 {
-        match self {
-            Op::Eager { token, .. }
-            | Op::Train { token, .. }
-            | Op::Rts { token, .. }
-            | Op::Rdma { token, .. }
-            | Op::Atomic { token, .. } => *token,
-        }
-    }
-}
 
 impl Transport {
     pub(super) fn enqueue(

@@ -1,0 +1,306 @@
+//! Connections: lazy connection on first use, the CPC services polled for finished connections
+//! (`attach`), completions of QPs not attached or dropped, and an endpoint's failure and
+//! removal.
+
+use super::endpoint::{unwr, wr, EndpointState, Posted, ANY_PEER, KIND_RECV, KIND_SRQ};
+use super::error::{Completion, FailureCause, TransportError};
+use super::rendezvous::Source;
+use super::wire::HDR;
+use super::Transport;
+use openib_cpc::Connection;
+use openib_sys::{Access, MemoryRegion, RecvRequest, WorkCompletion};
+use std::time::{Duration, Instant};
+
+impl Transport {
+    /// Connects to every peer now instead of on first use (for benchmarks and wire-up timing).
+    pub fn connect_all(&mut self, timeout: Duration) -> Result<(), TransportError> {
+        let peers: Vec<u32> = self.eps.keys().collect();
+        for &p in &peers {
+            let ep = self.eps.get_mut(&p).expect("listed");
+            if ep.state == EndpointState::Idle && matches!(self.w.plans.get(&p), Some(Ok(_))) {
+                ep.state = EndpointState::Connecting;
+                self.connecting += 1;
+                self.w.connect(p, Instant::now());
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        loop {
+            self.progress()?;
+            let waiting: Vec<u32> = self
+                .eps
+                .iter()
+                .filter(|(_, e)| e.state == EndpointState::Connecting)
+                .map(|(p, _)| p)
+                .collect();
+            if waiting.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(TransportError::Timeout {
+                    what: format!("connecting to rank(s) {waiting:?}"),
+                    timeout,
+                });
+            }
+        }
+    }
+
+    /// Removes the endpoints of `peers`: their queued and in-flight operations fail with
+    /// "removed", and their queue pairs and buffers are released. Later operations to them
+    /// fail with [`TransportError::BadPeer`].
+    pub fn del_procs(&mut self, peers: &[u32]) {
+        for &p in peers {
+            self.fail(p, FailureCause::Removed);
+            // fail() released the endpoint's transfers; dropping it releases the QP, then
+            // its buffers (field order).
+            self.eps.remove(&p);
+        }
+    }
+
+    pub(super) fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
+        let (ok, bad) = self.w.poll(now)?;
+        for (_, c) in ok {
+            let (peer, qpn) = (c.peer, c.qp.qp_num());
+            let attached = match self.attach(c) {
+                Ok(attached) => attached,
+                Err(e) => {
+                    // The endpoint failed: its early receives are failed with it below.
+                    self.fail(peer, FailureCause::local(e));
+                    true
+                }
+            };
+            // Messages that arrived before the connection was handed over.
+            let early: Vec<WorkCompletion>;
+            (early, self.early) = std::mem::take(&mut self.early)
+                .into_iter()
+                .partition(|wc| wc.qp_num == qpn);
+            if !attached {
+                self.discard_unattached(qpn, early);
+                continue;
+            }
+            for wc in early {
+                let (_, kind, id) = unwr(wc.wr_id);
+                let r = if wc.is_success() {
+                    self.on_recv(peer, kind, id, wc.byte_len as usize, wc.imm())
+                } else {
+                    if kind == KIND_SRQ {
+                        self.srq.as_mut().expect("SRQ buffer").repost(id)?;
+                    }
+                    Err(TransportError::EndpointFailed {
+                        peer,
+                        why: format!("receive failed: {}", wc.status_str()),
+                    })
+                };
+                if let Err(e) = r {
+                    self.fail(peer, FailureCause::local(e));
+                }
+            }
+            self.drain(peer)?;
+        }
+        for (cpc, peer, e) in bad {
+            self.fail(peer, FailureCause::Connect(format!("{cpc}: {e}")));
+        }
+        self.connecting = self
+            .eps
+            .values()
+            .filter(|e| e.state == EndpointState::Connecting)
+            .count();
+        for dead in self.rt.failed() {
+            if self
+                .eps
+                .get(&dead)
+                .is_some_and(|e| !matches!(e.state, EndpointState::Failed(_)))
+            {
+                self.fail(dead, FailureCause::PeerDied(dead));
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands a connection to its endpoint; `false` when it was dropped instead (no endpoint,
+    /// or one that is connected already).
+    fn attach(&mut self, c: Connection) -> Result<bool, TransportError> {
+        let (depth, slot) = (self.cfg.recv_depth as usize, HDR + self.cfg.eager_limit);
+        let posted_recvs: usize = self.eps.values().filter(|e| e.recv_mr.is_some()).count() * depth;
+        let pd = self.w.port().pd.clone();
+        let Some(ep) = self.eps.get_mut(&c.peer) else {
+            tracing::debug!(peer = c.peer, "connection to a removed peer dropped");
+            return Ok(false);
+        };
+        if ep.conn.is_some() {
+            // Never replace a live connection (its QP carries messages in flight and the peer's
+            // credits): a second connection to the same peer is dropped.
+            tracing::warn!(
+                peer = c.peer,
+                "second connection to a connected peer dropped"
+            );
+            return Ok(false);
+        }
+        let qpn = c.qp.qp_num();
+        let pre = self
+            .preposted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&qpn);
+        // Buffers of an earlier connection never go to this one's queue.
+        ep.unposted.clear();
+        ep.recv_mr = match (&mut self.srq, pre) {
+            (Some(srq), pre) => {
+                if pre.is_none() {
+                    // A CPC that did not run the prepare hook: the grant goes in now.
+                    srq.bufs.add(srq.pool.per_peer())?;
+                }
+                srq.pool.admit(c.peer);
+                None
+            }
+            (None, Some(Some(mr))) => Some(mr),
+            (None, _) => {
+                let cq = self.cfg.cq_depth;
+                if posted_recvs + depth > cq as usize {
+                    return Err(TransportError::EndpointFailed {
+                        peer: c.peer,
+                        why: format!(
+                            "{} connected endpoints x {depth} receive buffers would overflow \
+                             the {cq}-entry completion queue: lower OPENIB_RECV_DEPTH, raise \
+                             OPENIB_CQ_DEPTH or use the shared receive queue (OPENIB_SRQ=on)",
+                            posted_recvs / depth + 1
+                        ),
+                    });
+                }
+                // A CPC that did not run the prepare hook: post now.
+                let recv = MemoryRegion::alloc(&pd, depth * slot, Access::LOCAL_WRITE)?;
+                for i in 0..depth {
+                    c.qp.post_recv(&RecvRequest {
+                        wr_id: wr(ANY_PEER, KIND_RECV, i as u32),
+                        sges: vec![recv.sge(i * slot, slot)?],
+                    })?;
+                }
+                Some(recv)
+            }
+        };
+        self.qp_peer.insert(qpn, c.peer);
+        self.dropped_qps.forget(qpn);
+        // More slots than the peer grants credits (its receive buffers) could never be used.
+        let send_slots = self.cfg.send_depth.min(self.cfg.recv_depth) as usize;
+        ep.send_mr = Some(MemoryRegion::alloc(
+            &pd,
+            send_slots * slot,
+            Access::LOCAL_WRITE,
+        )?);
+        ep.free_send = (0..send_slots).rev().collect();
+        ep.credits = self.peer_credits.clone();
+        ep.trains
+            .set_limit(self.cfg.max_msg.try_into().unwrap_or(usize::MAX));
+        ep.inline_max = c.qp.caps().max_inline_data as usize;
+        ep.conn = Some(c);
+        ep.state = EndpointState::Connected;
+        self.update_sq_budget();
+        Ok(true)
+    }
+
+    /// Forgets a dropped connection's QP: its pre-posted receive buffers are released, and
+    /// what arrived on it before the drop is discarded (shared receive queue buffers go back
+    /// to the queue). Delivering those messages on the peer's live connection would mix two
+    /// QPs' buffers and credits.
+    fn discard_unattached(&mut self, qpn: u32, early: Vec<WorkCompletion>) {
+        self.preposted
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&qpn);
+        // Completions of it still in the completion queue are discarded when polled.
+        self.dropped_qps.insert(qpn);
+        self.discard_dropped(&early);
+    }
+
+    /// Discards completions of a dropped connection's QP; shared receive queue buffers among
+    /// them go back to the queue (a failure to repost one is logged: the queue is one buffer
+    /// short, nothing else breaks).
+    pub(super) fn discard_dropped(&mut self, wcs: &[WorkCompletion]) {
+        if let Some(wc) = wcs.first() {
+            tracing::debug!(
+                qpn = wc.qp_num,
+                n = wcs.len(),
+                "discarded completions of a dropped connection"
+            );
+        }
+        for wc in wcs {
+            let (_, kind, id) = unwr(wc.wr_id);
+            if kind == KIND_SRQ {
+                if let Err(e) = self.srq.as_mut().expect("SRQ buffer").repost(id) {
+                    tracing::warn!(error = %e, "SRQ buffer of a dropped connection not reposted");
+                }
+            }
+        }
+    }
+
+    /// Resizes the send budget to the endpoints connected now.
+    fn update_sq_budget(&self) {
+        let connected = self
+            .eps
+            .values()
+            .filter(|e| e.state == EndpointState::Connected)
+            .count();
+        self.sq_budget.set_connected(self.cfg.cq_depth, connected);
+    }
+
+    pub(super) fn fail(&mut self, peer: u32, cause: FailureCause) {
+        let why = cause.to_string();
+        let Some(ep) = self.eps.get_mut(&peer) else {
+            return;
+        };
+        if matches!(ep.state, EndpointState::Failed(_)) {
+            return;
+        }
+        tracing::info!(peer, error = %why, "endpoint failed");
+        ep.state = EndpointState::Failed(why.clone());
+        let mut tokens: Vec<u64> = ep.pending.drain(..).map(|o| o.token()).collect();
+        ep.sq_budget.done(ep.posted.len(), ep.posted.signaled());
+        for (_, p) in ep.posted.drain() {
+            match p {
+                Posted::Msg { token, .. }
+                | Posted::Inline { token }
+                | Posted::Rdma { token, .. }
+                | Posted::Atomic { token, .. } => tokens.push(token),
+                Posted::Read { .. }
+                | Posted::Write { .. }
+                | Posted::Close
+                | Posted::Unsignaled { .. } => {}
+            }
+        }
+        // Stop the QP before releasing buffers its requests name; buffers of transfers that were
+        // in flight are deregistered, never lent again.
+        if let Some(c) = &ep.conn {
+            let _ = c.qp.to_error();
+        }
+        for (_, o) in ep.outgoing.drain() {
+            tokens.push(o.token);
+            if let Source::Cached(m) = o.src {
+                self.cache.discard(m);
+            }
+        }
+        for (_, inc) in ep.incoming.drain() {
+            if let Some(m) = inc.buf {
+                self.cache.discard(m);
+                self.receiving -= 1;
+            }
+        }
+        ep.to_read.clear();
+        self.reading_peers.remove(&peer);
+        ep.fins.clear();
+        ep.to_write.clear();
+        ep.written.clear();
+        self.update_sq_budget();
+        if let Some(srq) = &mut self.srq {
+            if srq.pool.grant(peer).is_some() {
+                srq.retiring.push((peer, self.progress_calls));
+            }
+        }
+        for token in tokens.into_iter().filter(|t| *t != 0) {
+            self.done.push(Completion::Failed {
+                peer,
+                token,
+                error: why.clone(),
+                cause: cause.clone(),
+            });
+        }
+    }
+}

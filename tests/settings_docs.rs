@@ -129,3 +129,20 @@ fn the_cli_doc_lists_every_setting_with_its_default() {
     }
     assert!(wrong.is_empty(), "docs/CLI.md settings table: {wrong:#?}");
 }
+
+/// `OPENIB_MODEX_MODE`'s allowed values and default are exactly what the modex exchange parses
+/// (moved here from `config`'s unit tests: the exchange is a layer above the settings).
+#[test]
+fn the_modex_mode_setting_lists_what_the_exchange_parses() {
+    use openib::config::Kind;
+    use openib::modex::exchange::ExchangeMode;
+    let s = find("OPENIB_MODEX_MODE").expect("OPENIB_MODEX_MODE is a setting");
+    let Kind::Enum(modes) = s.kind else {
+        panic!("OPENIB_MODEX_MODE is not an enum: {:?}", s.kind)
+    };
+    for m in modes {
+        let parsed: ExchangeMode = m.parse().unwrap();
+        assert_eq!(parsed.name(), *m);
+    }
+    assert_eq!(ExchangeMode::default().name(), s.default.unwrap());
+}

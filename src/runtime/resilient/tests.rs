@@ -1,0 +1,228 @@
+//! Unit tests of the resilient fence machine (sans-IO: driven by hand, no runtime).
+
+use super::*;
+
+fn machine(me: u32, n: u32, failed: &[u32]) -> ResilientFence {
+    let members: Vec<u32> = (0..n).map(|i| i * 10).collect();
+    ResilientFence::start(me, 1, &members, failed, Vec::new(), None).0
+}
+
+#[test]
+fn binomial_tree_is_consistent_and_shallow() {
+    for n in 1..300usize {
+        let mut seen = vec![false; n];
+        seen[0] = true;
+        for i in 0..n {
+            for c in tree_children(i, n) {
+                assert_eq!(tree_parent(c), i);
+                assert!(!seen[c]);
+                seen[c] = true;
+            }
+            assert!((i as u32).count_ones() <= usize::BITS - n.leading_zeros());
+        }
+        assert!(seen.iter().all(|s| *s), "n={n}");
+    }
+}
+
+#[test]
+fn wire_round_trip_and_every_prefix_is_rejected() {
+    for m in example_messages() {
+        let b = m.encode();
+        assert_eq!(ResMsg::decode(&b), Ok(m.clone()));
+        for n in 0..b.len() {
+            assert!(
+                matches!(ResMsg::decode(&b[..n]), Err(WireError::Truncated { .. })),
+                "{} prefix of {n} bytes",
+                m.kind()
+            );
+        }
+        let mut long = b.clone();
+        long.push(0);
+        assert_eq!(ResMsg::decode(&long), Err(WireError::Trailing { len: 1 }));
+    }
+}
+
+#[test]
+fn wire_byte_order_is_little_endian() {
+    let m = ResMsg {
+        epoch: 0x0102_0304_0506_0708,
+        view: View {
+            hash: view_hash(&[]),
+            failed: Arc::new(vec![]),
+        },
+        body: Body::Ack {
+            ballot: (0x0a0b_0c0d, 1),
+        },
+    };
+    let mut want = vec![tag::ACK, 8, 7, 6, 5, 4, 3, 2, 1];
+    want.extend_from_slice(&view_hash(&[]).to_le_bytes());
+    want.extend_from_slice(&[0, 0, 0, 0, 0x0d, 0x0c, 0x0b, 0x0a, 1, 0, 0, 0]);
+    assert_eq!(m.encode(), want);
+}
+
+#[test]
+fn wire_rejects_bad_tags_flags_views_and_order() {
+    let good = example_messages();
+    for t in [0u8, 1, 2, 3, 0x10, 0x16, 0xff] {
+        let mut b = good[3].encode();
+        b[0] = t;
+        assert_eq!(ResMsg::decode(&b), Err(WireError::UnknownTag { tag: t }));
+    }
+    // A view hash that does not match its failed set.
+    let mut b = good[0].encode();
+    b[9] ^= 1;
+    assert!(matches!(
+        ResMsg::decode(&b),
+        Err(WireError::Invalid {
+            what: "view hash",
+            ..
+        })
+    ));
+    // Failed ranks out of order (2, 9 -> 9, 2), with the hash of the forged order.
+    let mut b = good[0].encode();
+    b[21..25].copy_from_slice(&9u32.to_le_bytes());
+    b[25..29].copy_from_slice(&2u32.to_le_bytes());
+    b[9..17].copy_from_slice(&view_hash(&[9, 2]).to_le_bytes());
+    assert!(matches!(
+        ResMsg::decode(&b),
+        Err(WireError::Invalid {
+            what: "failed rank",
+            ..
+        })
+    ));
+    // An acked flag other than 0 or 1 (the last byte of an Up without acked).
+    let mut b = good[0].encode();
+    *b.last_mut().unwrap() = 2;
+    assert!(matches!(
+        ResMsg::decode(&b),
+        Err(WireError::BadValue {
+            what: "acked flag",
+            value: 2,
+            ..
+        })
+    ));
+    // A forged count cannot make the decoder allocate past the input.
+    let mut b = vec![tag::COMMIT];
+    b.extend_from_slice(&1u64.to_le_bytes());
+    b.extend_from_slice(&view_hash(&[]).to_le_bytes());
+    b.extend_from_slice(&0u32.to_le_bytes());
+    b.extend_from_slice(&u32::MAX.to_le_bytes());
+    assert!(matches!(
+        ResMsg::decode(&b),
+        Err(WireError::Truncated { .. })
+    ));
+}
+
+proptest::proptest! {
+    /// Any bytes: a typed error or a message, never a panic; and the encoding is
+    /// canonical (what decodes re-encodes to the same bytes).
+    #[test]
+    fn wire_decoder_is_total_and_canonical(
+        bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+    ) {
+        if let Ok(m) = ResMsg::decode(&bytes) {
+            proptest::prop_assert_eq!(m.encode(), bytes);
+        }
+    }
+
+    /// Valid messages with one byte changed or cut short: the same.
+    #[test]
+    fn wire_mutations_are_rejected_or_canonical(
+        which in 0usize..6,
+        at in proptest::prelude::any::<proptest::sample::Index>(),
+        xor in 1u8..=255,
+        cut in proptest::prelude::any::<bool>(),
+    ) {
+        let mut b = example_messages()[which].encode();
+        let i = at.index(b.len());
+        if cut {
+            b.truncate(i);
+        } else {
+            b[i] ^= xor;
+        }
+        if let Ok(m) = ResMsg::decode(&b) {
+            proptest::prop_assert_eq!(m.encode(), b);
+        }
+    }
+}
+
+#[test]
+fn a_dead_child_is_replaced_by_its_children() {
+    // Ranks are index * 10; index 4's children are 5 and 6.
+    let m = machine(0, 8, &[40]);
+    assert_eq!(m.eff_children(), vec![10, 20, 50, 60]);
+    let m = machine(50, 8, &[40]);
+    assert_eq!(m.eff_parent(), Some(0));
+}
+
+#[test]
+fn a_dead_root_makes_the_lowest_live_member_root_and_adopt_the_orphans() {
+    let m = machine(10, 8, &[0]);
+    assert_eq!(m.eff_parent(), None);
+    assert_eq!(m.eff_children(), vec![20, 40]);
+    let m = machine(20, 8, &[0]);
+    assert_eq!(m.eff_parent(), Some(10));
+    let m = machine(30, 8, &[0, 20]);
+    assert_eq!(m.eff_parent(), Some(10));
+}
+
+#[test]
+fn a_lone_member_decides_at_once() {
+    let (m, outs) = ResilientFence::start(3, 1, &[3], &[], Vec::new(), None);
+    assert!(m.is_finished());
+    assert!(matches!(&outs[..], [ResOut::Done { failed, .. }] if failed.is_empty()));
+}
+
+#[test]
+fn a_mismatched_view_is_merged_and_the_tree_rebuilt() {
+    let mut m = machine(50, 8, &[]);
+    assert_eq!(m.eff_parent(), Some(40));
+    let failed = Arc::new(vec![40]);
+    let msg = ResMsg {
+        epoch: 1,
+        view: View {
+            hash: view_hash(&failed),
+            failed,
+        },
+        body: Body::Nudge,
+    };
+    let outs = m.handle(ResIn::Msg { from: 0, msg });
+    assert_eq!(m.known_failed(), &[40]);
+    // The leaf re-sends its report to its new parent.
+    assert!(
+        outs.iter()
+            .any(|o| matches!(o, ResOut::Send { to: 0, msg } if msg.kind() == "up")),
+        "{outs:?}"
+    );
+}
+
+#[test]
+fn a_decided_member_answers_anything_with_the_decision() {
+    let (mut m, _) = ResilientFence::start(0, 1, &[0], &[], Vec::new(), None);
+    let outs = m.handle(ResIn::Msg {
+        from: 7,
+        msg: ResMsg {
+            epoch: 1,
+            view: View {
+                hash: view_hash(&[]),
+                failed: Arc::new(vec![]),
+            },
+            body: Body::Ack { ballot: (0, 0) },
+        },
+    });
+    assert!(matches!(&outs[..], [ResOut::Send { to: 7, msg }] if msg.kind() == "commit"));
+}
+
+#[test]
+fn the_deadline_gives_up_naming_who_is_missing() {
+    let members = [0, 1, 2];
+    let (mut m, _) = ResilientFence::start(0, 1, &members, &[], Vec::new(), Some(100));
+    assert!(m.handle(ResIn::Tick { now_ms: 99 }).is_empty());
+    let outs = m.handle(ResIn::Tick { now_ms: 100 });
+    assert_eq!(
+        outs,
+        vec![ResOut::TimedOut {
+            waiting: vec![1, 2]
+        }]
+    );
+}

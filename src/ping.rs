@@ -7,6 +7,7 @@
 
 use crate::runtime::{Runtime, Scope};
 use openib_cpc::{Connection, CpcId, LocalPort};
+use openib_sys::Region;
 use openib_sys::{Access, MemoryRegion, RecvRequest, SendOp, SendRequest, WorkCompletion};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -2,6 +2,7 @@
 //! other, move a send, an RDMA write, an RDMA read and 64-bit atomics, and every result is
 //! checked byte for byte. It proves the verbs layer and the device, not the transport.
 
+use openib_sys::Region;
 use openib_sys::{
     Access, CompletionChannel, CompletionQueue, Context, MemoryRegion, ProtectionDomain, QpCaps,
     QpInitAttrs, QpType, QueuePair, RcParams, RecvRequest, RemoteAddress, SendOp, SendRequest,

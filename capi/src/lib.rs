@@ -22,6 +22,7 @@ use openib_rs::ping::{PingConfig, PingError};
 use openib_rs::transport::{
     AtomicOp, BacklogWarning, Completion, RemoteRegion, Transport, TransportConfig, TransportError,
 };
+use openib_sys::Region;
 use openib_sys::{ForeignRegion, MemoryRegion};
 use std::cell::RefCell;
 use std::collections::VecDeque;

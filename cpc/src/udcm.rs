@@ -6,6 +6,7 @@
 
 use crate::handshake::Hello;
 use crate::rc::LocalPort;
+use openib_sys::Region;
 use openib_sys::{
     AddressHandle, CompletionQueue, Destination, MemoryRegion, QpCaps, QpInitAttrs, QpType,
     QueuePair, RecvRequest, WorkCompletion,

@@ -8,6 +8,7 @@ use super::rendezvous::Source;
 use super::wire::HDR;
 use super::Transport;
 use openib_cpc::Connection;
+use openib_sys::Region;
 use openib_sys::{Access, MemoryRegion, RecvRequest, WorkCompletion};
 use std::time::{Duration, Instant};
 

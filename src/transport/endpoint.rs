@@ -10,6 +10,7 @@ use super::rendezvous::{Incoming, Outgoing, Source};
 use super::wire::{Header, ImmHeader, Kind, HDR};
 use super::{IdMap, Tag, CTL_RESERVE, MAX_QUEUE};
 use openib_cpc::Connection;
+use openib_sys::Region;
 use openib_sys::{MemoryRegion, SendOp};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

@@ -75,7 +75,7 @@ use flow::Credits;
 use handlers::Handlers;
 pub use op::AtomicOp;
 use openib_sys::clock::{self, TickRate};
-use openib_sys::{Access, MemoryRegion, ProtectionDomain, SharedRegion, WorkCompletion};
+use openib_sys::{Access, MemoryRegion, ProtectionDomain, Region, SharedRegion, WorkCompletion};
 use peer_map::PeerMap;
 use progress::SERVICE_POLL;
 pub use progress::{BacklogWarning, IdleBackoff, Sleeper};

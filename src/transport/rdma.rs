@@ -4,7 +4,7 @@
 use super::error::TransportError;
 use super::op::{AtomicOp, Op};
 use super::Transport;
-use openib_sys::MemoryRegion;
+use openib_sys::{MemoryRegion, Region};
 use std::sync::Arc;
 
 /// A registered region's remote handle, to give a peer (through any message).
@@ -16,7 +16,8 @@ pub struct RemoteRegion {
 }
 
 impl RemoteRegion {
-    pub fn of(mr: &MemoryRegion) -> RemoteRegion {
+    /// The handle of any registered region (the whole of it).
+    pub fn of(mr: &impl Region) -> RemoteRegion {
         RemoteRegion {
             addr: mr.addr(),
             rkey: mr.rkey(),
@@ -41,7 +42,7 @@ impl RemoteRegion {
 }
 
 pub(super) fn check_range(
-    mr: &MemoryRegion,
+    mr: &impl Region,
     offset: usize,
     len: usize,
 ) -> Result<(), TransportError> {

@@ -13,6 +13,7 @@
 //! first); buffers in use are never taken back. The transport asks [`RegCache::admits`] before
 //! starting a receive, so pinned memory grows past the bound only by one transfer.
 
+use openib_sys::Region;
 use std::collections::VecDeque;
 
 /// The smallest size class (bytes).

@@ -5,6 +5,7 @@
 use super::error::TransportError;
 use super::wire::Rts;
 use super::Tag;
+use openib_sys::Region;
 use openib_sys::{ForeignRegion, MemoryRegion, SharedRegion};
 use std::sync::Arc;
 
@@ -89,26 +90,28 @@ pub(super) enum Source {
 }
 
 impl Source {
-    /// `len` bytes of the payload from `offset`, as a scatter/gather entry for a write.
-    pub(super) fn sge(&self, offset: usize, len: usize) -> Result<openib_sys::Sge, TransportError> {
-        Ok(match self {
-            Source::Cached(m) => m.sge(offset, len)?,
-            Source::User(m, off) => m.sge(off + offset, len)?,
-            Source::Shared(m) => m.sge(offset, len)?,
-            Source::Foreign(m) => m.sge(offset, len)?,
-        })
+    /// The registered region holding the payload, and where in it the payload starts.
+    fn region(&self) -> (&dyn Region, usize) {
+        match self {
+            Source::Cached(m) => (m, 0),
+            Source::User(m, off) => (m.as_ref(), *off),
+            Source::Shared(m) => (m.as_ref(), 0),
+            Source::Foreign(m) => (m, 0),
+        }
     }
 
+    /// `len` bytes of the payload from `offset`, as a scatter/gather entry for a write.
+    pub(super) fn sge(&self, offset: usize, len: usize) -> Result<openib_sys::Sge, TransportError> {
+        let (region, start) = self.region();
+        Ok(region.sge(start + offset, len)?)
+    }
+
+    /// The request to send for the `len`-byte payload: where peers read it, with which key.
     pub(super) fn rts(&self, len: usize) -> Rts {
-        let (addr, rkey) = match self {
-            Source::Cached(m) => (m.addr(), m.rkey()),
-            Source::User(m, off) => (m.addr() + *off as u64, m.rkey()),
-            Source::Shared(m) => (m.addr(), m.rkey()),
-            Source::Foreign(m) => (m.addr(), m.rkey()),
-        };
+        let (region, start) = self.region();
         Rts {
-            addr,
-            rkey,
+            addr: region.addr() + start as u64,
+            rkey: region.rkey(),
             len: len as u64,
         }
     }

@@ -10,6 +10,7 @@ use super::rdma::check_range;
 use super::rendezvous::{Outgoing, Source};
 use super::wire::{train_piece, Kind, Rts, HDR, RTS_LEN};
 use super::{Tag, Transport, MAX_QUEUE};
+use openib_sys::Region;
 use openib_sys::{Access, ForeignRegion, MemoryRegion, SendOp, SharedRegion};
 use std::sync::Arc;
 

@@ -9,6 +9,40 @@ use openib_sys::MemoryRegion;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+/// Writes, for each listed [`Transport`] method, a method of [`SharedTransport`] with the same
+/// name and arguments that takes the lock for the duration of the call.
+macro_rules! forward_locked {
+    ($( fn $name:ident(&self $(, $arg:ident: $ty:ty)*) -> $ret:ty; )*) => {
+        impl SharedTransport {
+            $(
+                #[doc = concat!("[`Transport::", stringify!($name), "`], under the lock.")]
+                #[allow(clippy::too_many_arguments)]
+                pub fn $name(&self $(, $arg: $ty)*) -> $ret {
+                    self.lock().$name($($arg),*)
+                }
+            )*
+        }
+    };
+}
+
+// One line per method: the table of what every thread may call directly.
+#[rustfmt::skip]
+forward_locked! {
+    fn rank(&self) -> u32;
+    fn size(&self) -> u32;
+    fn on_tag(&self, tag: Tag, h: Handler) -> Result<(), TransportError>;
+    fn register(&self, len: usize) -> Result<Arc<MemoryRegion>, TransportError>;
+    fn send(&self, peer: u32, tag: Tag, data: &[u8]) -> Result<u64, TransportError>;
+    fn send_shared(&self, peer: u32, tag: Tag, data: &Arc<[u8]>) -> Result<u64, TransportError>;
+    fn put(&self, peer: u32, local: &Arc<MemoryRegion>, offset: usize, remote: RemoteRegion, roffset: u64, len: usize) -> Result<u64, TransportError>;
+    fn get(&self, peer: u32, local: &Arc<MemoryRegion>, offset: usize, remote: RemoteRegion, roffset: u64, len: usize) -> Result<u64, TransportError>;
+    fn fetch_add(&self, peer: u32, local: &Arc<MemoryRegion>, offset: usize, remote: RemoteRegion, roffset: u64, add: u64) -> Result<u64, TransportError>;
+    fn compare_swap(&self, peer: u32, local: &Arc<MemoryRegion>, offset: usize, remote: RemoteRegion, roffset: u64, compare: u64, swap: u64) -> Result<u64, TransportError>;
+    fn progress(&self) -> Result<usize, TransportError>;
+    fn take_completions(&self) -> Vec<Completion>;
+    fn endpoint_state(&self, peer: u32) -> Option<EndpointState>;
+}
+
 /// A cloneable, thread-safe handle to one [`Transport`].
 #[derive(Clone)]
 pub struct SharedTransport {
@@ -51,84 +85,6 @@ impl SharedTransport {
                 g
             }
         }
-    }
-
-    pub fn rank(&self) -> u32 {
-        self.lock().rank()
-    }
-
-    pub fn size(&self) -> u32 {
-        self.lock().size()
-    }
-
-    pub fn on_tag(&self, tag: Tag, h: Handler) -> Result<(), TransportError> {
-        self.lock().on_tag(tag, h)
-    }
-
-    pub fn register(&self, len: usize) -> Result<Arc<MemoryRegion>, TransportError> {
-        self.lock().register(len)
-    }
-
-    pub fn send(&self, peer: u32, tag: Tag, data: &[u8]) -> Result<u64, TransportError> {
-        self.lock().send(peer, tag, data)
-    }
-
-    pub fn send_shared(
-        &self,
-        peer: u32,
-        tag: Tag,
-        data: &Arc<[u8]>,
-    ) -> Result<u64, TransportError> {
-        self.lock().send_shared(peer, tag, data)
-    }
-
-    pub fn put(
-        &self,
-        peer: u32,
-        local: &Arc<MemoryRegion>,
-        offset: usize,
-        remote: RemoteRegion,
-        roffset: u64,
-        len: usize,
-    ) -> Result<u64, TransportError> {
-        self.lock().put(peer, local, offset, remote, roffset, len)
-    }
-
-    pub fn get(
-        &self,
-        peer: u32,
-        local: &Arc<MemoryRegion>,
-        offset: usize,
-        remote: RemoteRegion,
-        roffset: u64,
-        len: usize,
-    ) -> Result<u64, TransportError> {
-        self.lock().get(peer, local, offset, remote, roffset, len)
-    }
-
-    pub fn fetch_add(
-        &self,
-        peer: u32,
-        local: &Arc<MemoryRegion>,
-        offset: usize,
-        remote: RemoteRegion,
-        roffset: u64,
-        add: u64,
-    ) -> Result<u64, TransportError> {
-        self.lock()
-            .fetch_add(peer, local, offset, remote, roffset, add)
-    }
-
-    pub fn progress(&self) -> Result<usize, TransportError> {
-        self.lock().progress()
-    }
-
-    pub fn take_completions(&self) -> Vec<Completion> {
-        self.lock().take_completions()
-    }
-
-    pub fn endpoint_state(&self, peer: u32) -> Option<EndpointState> {
-        self.lock().endpoint_state(peer)
     }
 
     /// Progresses (taking and releasing the lock each round, so other threads get in) until

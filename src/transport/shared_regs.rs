@@ -12,6 +12,7 @@
 //! (the transfer holds its own reference). The cost of the bound is memory kept alive: the
 //! bytes a caller dropped stay allocated until their registration is evicted.
 
+use openib_sys::Region;
 use std::collections::VecDeque;
 use std::sync::Arc;
 

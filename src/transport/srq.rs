@@ -7,6 +7,7 @@
 //! hook while the queue pair is in INIT, so the SRQ holds the peer's grant before the peer can
 //! send. A receive request's id names its buffer as (chunk, slot).
 
+use openib_sys::Region;
 use openib_sys::{Access, MemoryRegion, ProtectionDomain, SharedReceiveQueue};
 use std::sync::{Arc, Mutex};
 

@@ -42,7 +42,7 @@ pub use cq::{CompletionQueue, WorkCompletion};
 pub use device::{devices, DeviceInfo, DeviceList};
 pub use error::{Error, Result};
 pub use library::{rdmacm, verbs, RDMACM_SONAME, VERBS_SONAME};
-pub use mr::{Access, ForeignRegion, MemoryRegion, SharedRegion};
+pub use mr::{Access, ForeignRegion, MemoryRegion, Region, Registration, SharedRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{
     AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RcParams, RecvRequest,

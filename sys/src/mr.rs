@@ -30,12 +30,16 @@ impl std::ops::BitOr for Access {
     }
 }
 
-/// One `ibv_mr` handle and the protection domain it lives in. It does not deregister itself:
-/// the region that owns it calls [`Registration::deregister`] in its Drop, before it releases
-/// the memory, and decides what to do when that fails.
-struct Registration {
+/// One `ibv_mr` handle: the protection domain it lives in and the bytes it covers. It does not
+/// deregister itself: the region that owns it calls [`Registration::deregister`] in its Drop,
+/// before it releases the memory, and decides what to do when that fails. Opaque outside this
+/// module: only the region types here create one, and [`Region`] reads it.
+pub struct Registration {
     raw: *mut v::ibv_mr,
     pd: ProtectionDomain,
+    /// The registered bytes: `addr..addr+len` of this process.
+    addr: u64,
+    len: usize,
 }
 
 // SAFETY: an MR handle may be used and deregistered from any thread (libibverbs); the regions
@@ -75,6 +79,8 @@ impl Registration {
         Ok(Registration {
             raw,
             pd: pd.clone(),
+            addr: addr as u64,
+            len,
         })
     }
 
@@ -105,6 +111,61 @@ impl Registration {
     }
 }
 
+/// Registered memory, whoever owns the bytes: a buffer the region owns ([`MemoryRegion`]),
+/// shared bytes it keeps alive ([`SharedRegion`]), or a C caller's bytes ([`ForeignRegion`]).
+/// What a work request needs of any of them (address, length, keys, a scatter/gather entry)
+/// is read here, once; what differs (who owns the bytes, who may write them) stays with each
+/// type.
+pub trait Region {
+    /// The registration behind the region.
+    fn registration(&self) -> &Registration;
+
+    /// The virtual address peers use in RDMA requests.
+    fn addr(&self) -> u64 {
+        self.registration().addr
+    }
+    /// The registered length in bytes (never 0).
+    fn len(&self) -> usize {
+        self.registration().len
+    }
+    /// Always false: a registration covers at least one byte.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    fn lkey(&self) -> u32 {
+        self.registration().lkey()
+    }
+    fn rkey(&self) -> u32 {
+        self.registration().rkey()
+    }
+    fn pd(&self) -> &ProtectionDomain {
+        &self.registration().pd
+    }
+    /// A scatter/gather entry for `offset..offset+len` of the region; an error outside it.
+    fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
+        sge_within(self.addr(), self.lkey(), self.len(), offset, len)
+    }
+}
+
+/// The region types of this module: each keeps its registration in `reg`.
+macro_rules! region_in_reg {
+    ($($region:ty),*) => {
+        $(impl Region for $region {
+            fn registration(&self) -> &Registration {
+                &self.reg
+            }
+        })*
+    };
+}
+region_in_reg!(MemoryRegion, SharedRegion, ForeignRegion);
+
+/// A shared region is the region it shares.
+impl<R: Region + ?Sized> Region for std::sync::Arc<R> {
+    fn registration(&self) -> &Registration {
+        (**self).registration()
+    }
+}
+
 /// A registered buffer owned by this value. The buffer is deregistered before it is freed, so
 /// the HCA never touches freed memory: a work request still referencing it completes in error.
 ///
@@ -127,7 +188,6 @@ pub struct MemoryRegion {
     /// `Box`, since the HCA writes it while `&self` exists.
     buf: std::ptr::NonNull<u64>,
     words: usize,
-    len: usize,
     access: Access,
 }
 
@@ -168,23 +228,10 @@ impl MemoryRegion {
             reg,
             buf,
             words,
-            len,
             access,
         })
     }
 
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn lkey(&self) -> u32 {
-        self.reg.lkey()
-    }
-    pub fn rkey(&self) -> u32 {
-        self.reg.rkey()
-    }
     /// The access it was registered with.
     pub fn access(&self) -> Access {
         self.access
@@ -194,13 +241,8 @@ impl MemoryRegion {
     pub fn remote_writable(&self) -> bool {
         self.access.0 & (v::IBV_ACCESS_REMOTE_WRITE | v::IBV_ACCESS_REMOTE_ATOMIC) != 0
     }
-    /// The virtual address peers use in RDMA requests.
-    pub fn addr(&self) -> u64 {
-        self.buf.as_ptr() as u64
-    }
-
     fn range(&self, offset: usize, len: usize, what: &'static str) -> Result<*mut u8> {
-        range_in(self.buf.as_ptr().cast(), self.len, offset, len, what)
+        range_in(self.buf.as_ptr().cast(), self.len(), offset, len, what)
     }
 
     /// Copies `dst.len()` bytes at `offset` into `dst`. Safe while peers may write the region:
@@ -294,7 +336,7 @@ impl MemoryRegion {
     /// ```
     pub unsafe fn as_slice(&self) -> &[u8] {
         // SAFETY: the buffer holds `len` initialised bytes; the caller's promise on writes.
-        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.buf.as_ptr().cast(), self.len()) }
     }
 
     /// The whole buffer, writable.
@@ -310,14 +352,7 @@ impl MemoryRegion {
     /// ```
     pub unsafe fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` excludes other Rust references.
-        unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr().cast(), self.len) }
-    }
-    pub fn pd(&self) -> &ProtectionDomain {
-        &self.reg.pd
-    }
-    /// A scatter/gather entry for `offset..offset+len` of this region.
-    pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
-        sge_within(self.addr(), self.lkey(), self.len, offset, len)
+        unsafe { std::slice::from_raw_parts_mut(self.buf.as_ptr().cast(), self.len()) }
     }
 }
 
@@ -451,29 +486,6 @@ impl SharedRegion {
     pub fn data(&self) -> &std::sync::Arc<[u8]> {
         &self.data
     }
-    pub fn len(&self) -> usize {
-        self.data.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.data.is_empty()
-    }
-    pub fn lkey(&self) -> u32 {
-        self.reg.lkey()
-    }
-    pub fn rkey(&self) -> u32 {
-        self.reg.rkey()
-    }
-    /// The virtual address peers use in RDMA requests.
-    pub fn addr(&self) -> u64 {
-        self.data.as_ptr() as u64
-    }
-    pub fn pd(&self) -> &ProtectionDomain {
-        &self.reg.pd
-    }
-    /// A scatter/gather entry for `offset..offset+len` of these bytes.
-    pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
-        sge_within(self.addr(), self.lkey(), self.len(), offset, len)
-    }
 }
 
 impl Drop for SharedRegion {
@@ -491,8 +503,6 @@ impl Drop for SharedRegion {
 /// promises they stay allocated and unchanged while it lives. Local read and remote read only.
 pub struct ForeignRegion {
     reg: Registration,
-    addr: u64,
-    len: usize,
 }
 
 impl ForeignRegion {
@@ -518,35 +528,7 @@ impl ForeignRegion {
                 "foreign bytes",
             )?
         };
-        Ok(ForeignRegion {
-            reg,
-            addr: ptr as u64,
-            len,
-        })
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    pub fn lkey(&self) -> u32 {
-        self.reg.lkey()
-    }
-    pub fn rkey(&self) -> u32 {
-        self.reg.rkey()
-    }
-    /// The virtual address peers use in RDMA requests.
-    pub fn addr(&self) -> u64 {
-        self.addr
-    }
-    pub fn pd(&self) -> &ProtectionDomain {
-        &self.reg.pd
-    }
-    /// A scatter/gather entry for `offset..offset+len` of the region.
-    pub fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
-        sge_within(self.addr, self.lkey(), self.len, offset, len)
+        Ok(ForeignRegion { reg })
     }
 }
 

@@ -22,11 +22,9 @@
 
 use crate::config::{self, ConfigError};
 
-/// Whether this build injects faults (the cargo feature `fault-injection`).
-pub const BUILT: bool = cfg!(feature = "fault-injection");
-
-/// Why `OPENIB_FAULT` is refused by a build without fault injection.
-pub const NOT_BUILT: &str = "this build of openib has no fault injection (built without the cargo feature `fault-injection`, which tests and scripts/test turn on): unset it, or build with `--features fault-injection`";
+/// Whether this build injects faults, and why `OPENIB_FAULT` is refused when it does not
+/// (declared with the settings, which check it; named here for the fault points' users).
+pub use crate::config::{FAULT_INJECTION_BUILT as BUILT, FAULT_INJECTION_NOT_BUILT as NOT_BUILT};
 
 /// `Err` naming `OPENIB_FAULT`, its value and the missing feature when it is set (not blank)
 /// in a build without fault injection; `Ok` otherwise (a malformed value in a build with it

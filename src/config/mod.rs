@@ -34,4 +34,6 @@ pub use read::{
     text, u32, u64, usize, value, ConfigError, Source,
 };
 pub use setting::{Component, Kind, Setting, Value};
-pub use table::{CPC_NAMES, FAULT_POINTS, SETTINGS};
+pub use table::{
+    CPC_NAMES, FAULT_INJECTION_BUILT, FAULT_INJECTION_NOT_BUILT, FAULT_POINTS, SETTINGS,
+};

@@ -5,7 +5,7 @@ use super::setting::{Component, Kind, Setting};
 
 /// The CPC names, as `openib_cpc::CpcId::name` spells them (a unit test checks).
 pub const CPC_NAMES: &[&str] = &["oob", "xoob", "ibcm", "rdmacm", "udcm"];
-/// The points of [`crate::fault::point`] (a unit test checks the sources).
+/// The fault points `crate::fault` knows (a unit test checks the sources).
 pub const FAULT_POINTS: &[&str] = &[
     "before-put",
     "after-put",
@@ -22,12 +22,19 @@ fn port_filter(v: &str) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-/// `OPENIB_FAULT` in a build without fault injection: refused (see [`crate::fault`]).
+/// Whether this build injects faults (the cargo feature `fault-injection`; the points live in
+/// `crate::fault`, which reads its settings from here).
+pub const FAULT_INJECTION_BUILT: bool = cfg!(feature = "fault-injection");
+
+/// Why `OPENIB_FAULT` is refused by a build without fault injection.
+pub const FAULT_INJECTION_NOT_BUILT: &str = "this build of openib has no fault injection (built without the cargo feature `fault-injection`, which tests and scripts/test turn on): unset it, or build with `--features fault-injection`";
+
+/// `OPENIB_FAULT` in a build without fault injection: refused.
 fn fault_built(_: &str) -> Result<(), String> {
-    if crate::fault::BUILT {
+    if FAULT_INJECTION_BUILT {
         Ok(())
     } else {
-        Err(crate::fault::NOT_BUILT.into())
+        Err(FAULT_INJECTION_NOT_BUILT.into())
     }
 }
 

@@ -33,6 +33,7 @@ pub mod pmix;
 mod qp;
 pub mod readiness;
 mod srq;
+mod wr;
 
 pub use ah::{AddressHandle, Destination};
 pub use async_event::{AsyncEvent, AsyncEventKind};
@@ -45,7 +46,7 @@ pub use library::{rdmacm, verbs, RDMACM_SONAME, VERBS_SONAME};
 pub use mr::{Access, ForeignRegion, MemoryRegion, Region, Registration, SharedRegion};
 pub use pd::ProtectionDomain;
 pub use qp::{
-    AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RcParams, RecvRequest,
-    RemoteAddress, SendOp, SendRequest, Sge,
+    AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RcParams, RemoteAddress,
 };
 pub use srq::SharedReceiveQueue;
+pub use wr::{RecvRequest, SendOp, SendRequest, Sge};

@@ -142,7 +142,7 @@ pub trait Region {
         &self.registration().pd
     }
     /// A scatter/gather entry for `offset..offset+len` of the region; an error outside it.
-    fn sge(&self, offset: usize, len: usize) -> Result<crate::qp::Sge> {
+    fn sge(&self, offset: usize, len: usize) -> Result<crate::wr::Sge> {
         sge_within(self.addr(), self.lkey(), self.len(), offset, len)
     }
 }
@@ -439,9 +439,9 @@ fn sge_within(
     region_len: usize,
     offset: usize,
     len: usize,
-) -> Result<crate::qp::Sge> {
+) -> Result<crate::wr::Sge> {
     match offset.checked_add(len) {
-        Some(end) if end <= region_len && len <= u32::MAX as usize => Ok(crate::qp::Sge {
+        Some(end) if end <= region_len && len <= u32::MAX as usize => Ok(crate::wr::Sge {
             addr: addr + offset as u64,
             length: len as u32,
             lkey,

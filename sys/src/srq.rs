@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 use crate::ffi::verbs as v;
 use crate::library::verbs;
 use crate::pd::ProtectionDomain;
-use crate::qp::{RecvRequest, Sge};
+use crate::wr::{raw_sges, RecvRequest, Sge};
 use std::sync::Arc;
 
 pub(crate) struct SrqInner {
@@ -68,7 +68,7 @@ impl SharedReceiveQueue {
 
     /// Posts one receive request (the body of the inline `ibv_post_srq_recv`).
     pub fn post_recv(&self, req: &RecvRequest) -> Result<()> {
-        let mut sges = crate::qp::raw_sges(&req.sges);
+        let mut sges = raw_sges(&req.sges);
         self.post_recv_list(req.wr_id, &mut sges)
     }
 

@@ -1,5 +1,6 @@
 //! PMIx errors: the call, the PMIx status number and PMIx's own text for it.
 
+use std::ffi::CStr;
 use std::fmt;
 
 /// Errors of the PMIx client.
@@ -86,10 +87,22 @@ impl Error {
         Error::Status {
             call,
             status,
-            text: super::library::status_text(lib, status),
+            text: status_text(lib, status),
             context: context.to_string(),
         }
     }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `PMIx_Error_string(status)`.
+fn status_text(lib: &super::ffi::PmixLib, status: i32) -> String {
+    // SAFETY: PMIx_Error_string accepts any status and returns a pointer to a static string (or
+    // "UNKNOWN STATUS"); it does not need PMIx_Init.
+    let p = unsafe { lib.PMIx_Error_string(status) };
+    if p.is_null() {
+        return format!("PMIx status {status}");
+    }
+    // SAFETY: non-null, NUL-terminated, static.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}

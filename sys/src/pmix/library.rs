@@ -51,15 +51,3 @@ pub fn version() -> Result<String> {
     // SAFETY: non-null, NUL-terminated, static (see above).
     Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
-
-/// `PMIx_Error_string(status)`.
-pub(crate) fn status_text(lib: &PmixLib, status: i32) -> String {
-    // SAFETY: PMIx_Error_string accepts any status and returns a pointer to a static string (or
-    // "UNKNOWN STATUS"); it does not need PMIx_Init.
-    let p = unsafe { lib.PMIx_Error_string(status) };
-    if p.is_null() {
-        return format!("PMIx status {status}");
-    }
-    // SAFETY: non-null, NUL-terminated, static.
-    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
-}

@@ -1,0 +1,300 @@
+//! A handle's life: open, queries, the receive callback, progress and completions, flush,
+//! connection and disconnection, close.
+
+use super::*;
+
+/// How long `openib_close` flushes before it releases the handle anyway.
+const CLOSE_FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Logs go to stderr as for the CLI: warnings by default, `OPENIB_LOG` (an `EnvFilter`
+/// directive) for more. Installed once per process; an existing subscriber is kept.
+pub(crate) fn init_logging() {
+    let filter = std::env::var("OPENIB_LOG")
+        .ok()
+        .and_then(|s| tracing_subscriber::EnvFilter::try_new(s).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Opens the transport: connects to the runtime of the environment (`openib run`, PMIx, or a
+/// singleton), reads the transport settings from the environment and wires up (port
+/// discovery, CPC services, modex exchange; a collective over all ranks).
+///
+/// # Safety
+/// `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn openib_open(out: *mut *mut openib_t) -> c_int {
+    call("openib_open", || {
+        // SAFETY: the caller's contract on `out`.
+        unsafe { put_out(out, std::ptr::null_mut(), "out") }?;
+        init_logging();
+        let rt = openib_rs::runtime::connect()
+            .map_err(|e| Fail::new(OPENIB_ERR_RUNTIME, e.to_string()))?;
+        let cfg = TransportConfig::from_env(PingConfig {
+            derive: openib_ports::DeriveConfig::default(),
+            cpc: None,
+            timeout: Duration::from_secs(60),
+            mode: ExchangeMode::default(),
+        })?;
+        let t = Transport::open(rt, cfg).map_err(open_failure)?;
+        let h = Box::new(openib_t {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            rank: t.rank(),
+            size: t.size(),
+            eager_limit: t.eager_limit(),
+            holder: AtomicUsize::new(0),
+            inner: Mutex::new(Inner {
+                t,
+                done: VecDeque::new(),
+                backlog: BacklogWarning::default(),
+            }),
+        });
+        // SAFETY: as above.
+        unsafe { put_out(out, Box::into_raw(h), "out") }?;
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Closes the handle: [`Transport::finalize`] flushes (up to [`CLOSE_FLUSH_TIMEOUT`]), then
+/// releases every connection, queue pair, cached registration and the port, and the handle is
+/// freed whatever the flush returned; a flush error is the result. Completions not polled yet
+/// are dropped. Regions still allocated stay valid until `openib_mem_free`. NULL is a no-op.
+///
+/// # Safety
+/// `t` is NULL or a handle from `openib_open`, not closed before, that no other thread uses
+/// during or after this call.
+#[no_mangle]
+pub unsafe extern "C" fn openib_close(t: *mut openib_t) -> c_int {
+    call("openib_close", || {
+        if t.is_null() {
+            return Ok(OPENIB_OK);
+        }
+        {
+            // SAFETY: `t` is a live handle (the caller's contract).
+            let h = unsafe { handle(t) }?;
+            if h.holder.load(Ordering::Acquire) == thread_mark() {
+                return Err(Fail::new(
+                    OPENIB_ERR_REENTRANT,
+                    "cannot close a handle from inside its own receive callback",
+                ));
+            }
+        }
+        // SAFETY: `t` came from Box::into_raw in openib_open and is not used after this.
+        let h = unsafe { Box::from_raw(t) };
+        match h.inner.into_inner() {
+            // finalize releases everything even when its flush fails (then that is the error).
+            Ok(inner) => {
+                inner.t.finalize(CLOSE_FLUSH_TIMEOUT)?;
+            }
+            // A poisoned lock (an earlier call panicked, OPENIB_ERR_PANIC): the transport's
+            // state is not trusted to flush; release everything without it.
+            Err(p) => drop(p.into_inner()),
+        }
+        Ok(OPENIB_OK)
+    })
+}
+
+/// This process's rank, or a negative error.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_rank(t: *const openib_t) -> c_int {
+    call("openib_rank", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        Ok(to_int(h.rank as usize))
+    })
+}
+
+/// The number of ranks, or a negative error.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_size(t: *const openib_t) -> c_int {
+    call("openib_size", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        Ok(to_int(h.size as usize))
+    })
+}
+
+/// The largest payload of an eager send, or a negative error.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_eager_limit(t: *const openib_t) -> c_int {
+    call("openib_eager_limit", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        Ok(to_int(h.eager_limit))
+    })
+}
+
+/// Sets (or replaces) the receive callback of `tag` (1..=255).
+///
+/// # Safety
+/// `t` is NULL or a live handle; `cb` may be called with `ctx` from any thread that calls
+/// `openib_progress` (or flush/connect_all) on `t`, until the handle is closed or the tag's
+/// callback replaced.
+#[no_mangle]
+pub unsafe extern "C" fn openib_set_handler(
+    t: *mut openib_t,
+    tag: u8,
+    cb: openib_recv_cb,
+    ctx: *mut c_void,
+) -> c_int {
+    call("openib_set_handler", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        let cb = cb.ok_or_else(|| null("cb"))?;
+        // Kept as an address: the transport's handlers must be Send, and the caller promised
+        // that `ctx` may be used from the threads that progress.
+        let ctx = ctx as usize;
+        let mut l = h.lock()?;
+        l.g.t.on_tag(
+            tag,
+            Box::new(move |src, data: &[u8]| {
+                // SAFETY: the caller of openib_set_handler promised that `cb` may be called
+                // with `ctx`; `data` is valid for `data.len()` bytes during the call.
+                unsafe {
+                    cb(
+                        ctx as *mut c_void,
+                        src,
+                        tag,
+                        data.as_ptr().cast(),
+                        data.len(),
+                    )
+                }
+            }),
+        )?;
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Makes progress (connections, completions, receive callbacks, queued operations); returns
+/// the number of work completions handled, or a negative error.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_progress(t: *mut openib_t) -> c_int {
+    call("openib_progress", || {
+        // SAFETY: the caller's contract on `t`.
+        let mut l = unsafe { handle(t) }?.lock()?;
+        let n = l.g.t.progress()?;
+        l.g.gather();
+        Ok(to_int(n))
+    })
+}
+
+/// Takes one completion: 1 when `*out` was filled, 0 when there is none, or a negative error.
+/// A failed operation has a negative `status`, and `openib_last_error` then names why.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn openib_poll_completion(
+    t: *mut openib_t,
+    out: *mut openib_completion_t,
+) -> c_int {
+    call("openib_poll_completion", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        if out.is_null() {
+            return Err(null("out"));
+        }
+        let mut l = h.lock()?;
+        l.g.gather();
+        let Some(c) = l.g.done.pop_front() else {
+            return Ok(0);
+        };
+        drop(l);
+        let v = match c {
+            Completion::Done { peer, token } => openib_completion_t {
+                peer,
+                token,
+                status: OPENIB_OK,
+            },
+            Completion::Failed {
+                peer, token, error, ..
+            } => {
+                set_last_error(format!(
+                    "openib_poll_completion: operation {token} to rank {peer} failed: {error}"
+                ));
+                openib_completion_t {
+                    peer,
+                    token,
+                    status: OPENIB_ERR_ENDPOINT_FAILED,
+                }
+            }
+        };
+        // SAFETY: as above.
+        unsafe { put_out(out, v, "out") }?;
+        Ok(1)
+    })
+}
+
+/// Progresses until nothing is queued or in flight, or `timeout_ms` passed
+/// ([`OPENIB_ERR_TIMEOUT`]). Completions are kept for `openib_poll_completion`.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_flush(t: *mut openib_t, timeout_ms: u32) -> c_int {
+    call("openib_flush", || {
+        // SAFETY: the caller's contract on `t`.
+        let mut l = unsafe { handle(t) }?.lock()?;
+        let done = l.g.t.flush(Duration::from_millis(timeout_ms.into()))?;
+        l.g.done.extend(done);
+        l.g.gather();
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Connects to every reachable peer now instead of on first use.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_connect_all(t: *mut openib_t, timeout_ms: u32) -> c_int {
+    call("openib_connect_all", || {
+        // SAFETY: the caller's contract on `t`.
+        let mut l = unsafe { handle(t) }?.lock()?;
+        l.g.t
+            .connect_all(Duration::from_millis(timeout_ms.into()))?;
+        l.g.gather();
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Removes the endpoints of `peers[0..n]` ([`Transport::del_procs`]): their queued and
+/// in-flight operations complete with [`OPENIB_ERR_ENDPOINT_FAILED`], their connections are
+/// released, and later operations to them give [`OPENIB_ERR_BAD_PEER`]. A rank outside the job
+/// is [`OPENIB_ERR_BAD_PEER`] (nothing removed); the own rank and removed ranks are ignored.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `peers` is readable for `n` ranks (NULL when `n` is 0 is
+/// allowed).
+#[no_mangle]
+pub unsafe extern "C" fn openib_del_procs(t: *mut openib_t, peers: *const u32, n: usize) -> c_int {
+    call("openib_del_procs", || {
+        // SAFETY: the caller's contract on `t` and `peers`.
+        let (h, peers) = unsafe { (handle(t)?, ranks(peers, n)?) };
+        if let Some(&peer) = peers.iter().find(|&&p| p >= h.size) {
+            return Err(TransportError::BadPeer { peer, size: h.size }.into());
+        }
+        let mut l = h.lock()?;
+        l.g.t.del_procs(peers);
+        l.g.gather();
+        Ok(OPENIB_OK)
+    })
+}

@@ -122,10 +122,10 @@ fn upward_imports(files: &[PathBuf]) -> Vec<String> {
         let text = std::fs::read_to_string(f).unwrap();
         for (n, to, line) in upward_lines(&from, &text) {
             bad.push(format!(
-                "{}:{n}: `{from}` (layer {:?}) uses `crate::{to}` (layer {:?}): {line}",
+                "{}:{n}: `{from}` (layer {}) uses `crate::{to}` (layer {}): {line}",
                 f.display(),
-                layer(&from),
-                layer(&to)
+                layer(&from).map_or("?".into(), |l| l.to_string()),
+                layer(&to).map_or("?".into(), |l| l.to_string())
             ));
         }
     }

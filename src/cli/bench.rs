@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// (as Open MPI's ob1 tries its BTL's sendi first), and through `send` otherwise.
     #[arg(long)]
     pub no_sendi: bool,
+    /// Also draw latency and bandwidth against message size into this SVG file (rank 0;
+    /// log-scaled axes; `send`, and `send_region` where it ran). Same data as --json.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 /// Round trips left out of `latency_trimmed_us`: the slowest two, as ib_send_lat leaves them
@@ -360,6 +364,13 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         ),
         _ => None,
     };
+    // The same for the plot: the file is written at the end, from the results.
+    let svg_file = match &a.svg {
+        Some(path) if me == 0 => Some(
+            std::fs::File::create(path).map_err(|e| format!("--svg {}: {e}", path.display()))?,
+        ),
+        _ => None,
+    };
     let peer = 1 - me;
     // The first data message of each size is checked: its number on this rank is the count
     // of data messages of the sizes before (rank 0 receives the pongs, rank 1 the pings and
@@ -566,18 +577,34 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             .map_err(|e| format!("--laps {}: {e}", path.display()))?;
     }
     if me == 0 {
+        let doc = json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
+            "rndv_protocol": t.config().rndv.to_string(),
+            "srq": t.uses_srq(), "send_budget": t.send_budget(),
+            "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
+            "shared_registrations": t.shared_reg_stats(),
+            "endpoint": t.endpoint_stats(peer)});
+        if let (Some(mut f), Some(path)) = (svg_file, &a.svg) {
+            use std::io::Write;
+            let title = format!(
+                "openib bench: 2 ranks, {} rendezvous, {}",
+                t.config().rndv,
+                if t.uses_srq() {
+                    "shared receive queue"
+                } else {
+                    "per-peer receive buffers"
+                }
+            );
+            let svg = super::plot::bench_figure(&doc, Some(&title))
+                .and_then(|fig| super::plot::render_svg(&fig))
+                .map_err(|e| format!("--svg {}: {e}", path.display()))?;
+            f.write_all(svg.as_bytes())
+                .and_then(|()| f.flush())
+                .map_err(|e| format!("--svg {}: {e}", path.display()))?;
+        }
         if a.json {
             println!(
                 "{}",
-                serde_json::to_string_pretty(
-                    &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
-                        "rndv_protocol": t.config().rndv.to_string(),
-                        "srq": t.uses_srq(), "send_budget": t.send_budget(),
-                        "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
-                        "shared_registrations": t.shared_reg_stats(),
-                        "endpoint": t.endpoint_stats(peer)})
-                )
-                .expect("serialises")
+                serde_json::to_string_pretty(&doc).expect("serialises")
             );
         } else {
             println!(

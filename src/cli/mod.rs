@@ -8,6 +8,7 @@ pub mod exchange;
 pub mod manual;
 pub mod modex;
 pub mod ping;
+pub mod plot;
 pub mod ports;
 pub mod run;
 pub mod selftest;

@@ -445,7 +445,14 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     // Messages of each inbox this rank expects to have received so far.
     let (mut want_data, mut want_notes) = (0u64, 0u64);
     let mut results = Vec::new();
+    // On a terminal, rank 0 shows the sizes done and the one at hand.
+    let progress = if me == 0 {
+        super::progress::Progress::new(a.sizes.len() as u64, "openib bench", a.json)
+    } else {
+        super::progress::Progress::none()
+    };
     for (k, &size) in a.sizes.iter().enumerate() {
+        progress.set_message(format!("{} B", size));
         let iters = iters_for(a, size);
         let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
@@ -569,7 +576,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             "latency_shared_median_us": sh.map(|(l, _)| l.median_us),
             "latency_shared_trimmed_us": sh.map(|(l, _)| l.trimmed_us),
             "bandwidth_shared_mb_s": sh.map(|(_, b)| *b)}));
+        progress.inc(1);
     }
+    progress.finish();
     t.flush(timeout).map_err(|e| e.to_string())?;
     if let (Some(mut f), Some(path)) = (laps_file, &a.laps) {
         use std::io::Write;

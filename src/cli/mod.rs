@@ -10,6 +10,7 @@ pub mod modex;
 pub mod ping;
 pub mod plot;
 pub mod ports;
+pub mod progress;
 pub mod run;
 pub mod selftest;
 pub mod sim;

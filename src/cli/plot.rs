@@ -265,12 +265,20 @@ fn draw_panel<DB: DrawingBackend>(
         (x0, x1, y0, y1) = (1.0, 2.0, 1.0, 10.0);
     }
     // x: the data and a margin (a point at either end would sit on the frame), ticks inside.
-    let (_, _, x_ticks) = log_axis(panel.x_axis, x0 / 1.3, x1 * 1.3);
-    let (x_lo, x_hi) = if x1 / x0 < 1.5 {
+    let (_, _, x_ticks) = log_axis(panel.x_axis, x0 / 2.0, x1 * 2.0);
+    let (mut x_lo, mut x_hi) = if x1 / x0 < 1.5 {
         (x0 / 1.5, x1 * 1.5)
     } else {
         (x0 / 1.3, x1 * 1.3)
     };
+    // The ticks just outside the data, when near (so the first and last points are read
+    // against a labelled tick, e.g. 8 B against 4 B).
+    if let Some(t) = x_ticks.iter().copied().rfind(|&t| t <= x0 && x0 / t <= 2.0) {
+        x_lo = x_lo.min(t / 1.1);
+    }
+    if let Some(t) = x_ticks.iter().copied().find(|&t| t >= x1 && t / x1 <= 2.0) {
+        x_hi = x_hi.max(t * 1.1);
+    }
     let x_ticks: Vec<f64> = x_ticks
         .into_iter()
         .filter(|&t| t >= x_lo && t <= x_hi)

@@ -54,6 +54,15 @@ const LAT_BW_LABELS: [&str; 6] = [
     "1 MiB",
 ];
 
+/// The legend names of an anchors plot of all four systems (openib has two curves).
+const ANCHORS_SERIES: [&str; 5] = [
+    "openib send",
+    "openib send_region (zero copy)",
+    "perftest (ib_send_lat, ib_write_bw)",
+    "Open MPI 4.1 openib BTL",
+    "Open MPI 4.1 + UCX (rc_verbs)",
+];
+
 #[test]
 fn a_bench_document_plots_latency_and_bandwidth_of_both_sends() {
     let input = tmp("bench.json");
@@ -269,5 +278,63 @@ fn the_cli_doc_documents_the_plots() {
     let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/CLI.md")).unwrap();
     for s in ["`--svg FILE`", "## `openib plot`", "docs/plots/README.md"] {
         assert!(doc.contains(s), "docs/CLI.md: {s}");
+    }
+}
+
+/// The committed pictures: each listed with the command that made it, and each a complete
+/// plot (its labels, every system's curve).
+#[test]
+fn the_committed_plots_are_complete() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/plots");
+    let readme = std::fs::read_to_string(dir.join("README.md")).unwrap();
+    for cmd in [
+        "bench --json --svg /tmp/bench.svg",
+        "scripts/anchors --iters 100 --warmup 20 --rounds 3 --save docs/plots/anchors.json --svg docs/plots/anchors.svg",
+        "modex size --nodes 1024 --ppn 64 --fixture tests/fixtures/ib-dual-port.json --svg docs/plots/modex-size.svg",
+    ] {
+        assert!(readme.contains(cmd), "docs/plots/README.md: {cmd}");
+    }
+    let read = |f: &str| {
+        std::fs::read_to_string(dir.join(f)).unwrap_or_else(|e| panic!("docs/plots/{f}: {e}"))
+    };
+    svg::check(
+        &read("bench.svg"),
+        &LAT_BW_LABELS,
+        &["openib send", "openib send_region (zero copy)"],
+    );
+    svg::check(&read("anchors.svg"), &LAT_BW_LABELS, &ANCHORS_SERIES);
+    svg::check(
+        &read("modex-size.svg"),
+        &["job size (processes)", "modex bytes per process", "64K"],
+        &[
+            "openib (node leaders, gathered)",
+            "openib, a blob per process",
+            "Open MPI 4.1 openib BTL",
+            "Open MPI 1.3 openib BTL",
+            "floor (distinct values, no keys)",
+        ],
+    );
+    // The JSON beside them redraws the same curves.
+    for (json, series) in [
+        ("bench.json", &ANCHORS_SERIES[..2]),
+        ("anchors.json", &ANCHORS_SERIES[..]),
+    ] {
+        let out = tmp(&format!("re-{json}.svg"));
+        let o = openib(&[
+            "plot",
+            "--svg",
+            out.to_str().unwrap(),
+            dir.join(json).to_str().unwrap(),
+        ]);
+        assert!(
+            o.status.success(),
+            "{json}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        svg::check(
+            &std::fs::read_to_string(&out).unwrap(),
+            &LAT_BW_LABELS,
+            series,
+        );
     }
 }

@@ -338,3 +338,27 @@ fn the_committed_plots_are_complete() {
         );
     }
 }
+
+/// `scripts/anchors --svg`: a file it cannot write fails before the (long) guest run, and the
+/// flag wants a value.
+#[test]
+fn anchors_svg_fails_at_once_on_a_file_it_cannot_write() {
+    let run = |args: &[&str]| {
+        Command::new("bash")
+            .arg("scripts/anchors")
+            .args(args)
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .unwrap()
+    };
+    let o = run(&["--only", "perftest", "--svg", "/proc/no-such-dir/a.svg"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--svg /proc/no-such-dir/a.svg cannot be written"),
+        "{err}"
+    );
+    let o = run(&["--svg"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--svg needs a value"));
+}

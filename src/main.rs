@@ -1,7 +1,7 @@
 //! `openib`: ports, modex, check and bench for the openib RDMA transport.
 #![forbid(unsafe_code)]
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use openib::cli;
 
 #[derive(Parser)]
@@ -52,6 +52,13 @@ enum Cmd {
         #[command(subcommand)]
         cmd: cli::modex::ModexCmd,
     },
+    /// Draw a saved `openib bench --json` or `scripts/anchors --save` document as an SVG:
+    /// latency and bandwidth against message size, one curve per system.
+    Plot(cli::plot::PlotArgs),
+    /// Print the completion script for a shell (bash, zsh, fish, elvish, powershell).
+    Completions(cli::manual::CompletionsArgs),
+    /// Print the manual page (roff) of openib or of one subcommand, or write them all (--dir).
+    Man(cli::manual::ManArgs),
 }
 
 fn main() {
@@ -83,6 +90,9 @@ fn main() {
         Cmd::Stress(a) => cli::stress::run(&a),
         Cmd::Config(a) => cli::config::run(&a),
         Cmd::Sim { cmd } => cli::sim::run(cmd),
+        Cmd::Plot(a) => cli::plot::run(&a),
+        Cmd::Completions(a) => cli::manual::completions(Cli::command(), &a),
+        Cmd::Man(a) => cli::manual::man(Cli::command(), &a),
     };
     std::process::exit(code);
 }

@@ -342,6 +342,7 @@ fn the_cli_exits_0_when_agreed() {
             procs,
             failures,
             seed: 3,
+            seeds: 1,
             detect_delay: 3,
             json: true,
         })

@@ -8,6 +8,8 @@
 mod fault_feature;
 #[path = "softroce/harness.rs"]
 mod harness;
+#[path = "common/svg.rs"]
+mod svg;
 
 use serde_json::Value;
 
@@ -22,7 +24,9 @@ fn bench_moves_checked_data_through_both_paths() {
     fault_feature::require("softroce_transport");
     let b = env!("CARGO_BIN_EXE_openib");
     let script = format!(
-        "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+        "echo '=== run'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 --svg /tmp/bench.svg 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+         echo '=== svg'; cat /tmp/bench.svg; echo\n\
+         echo '=== svg-unwritable'; {b} run -n 2 --timeout 300 -- {b} bench --iters 5 --sizes 8 --svg /proc/no-such-dir/b.svg 2>&1; echo \"exit $?\"\n\
          echo '=== mpirun'; mpirun --oversubscribe -np 2 {b} bench --json --iters 10 --sizes 8,65536 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== small-cq'; OPENIB_CQ_DEPTH=64 {b} run -n 2 --timeout 300 -- {b} bench --json --iters 300 --sizes 4096,16384 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
          echo '=== laps'; {b} run -n 2 --timeout 300 -- {b} bench --json --iters 30 --sizes 8,4096 --laps /tmp/laps.txt >/dev/null 2>/tmp/bench.err && cat /tmp/laps.txt || {{ echo FAILED; cat /tmp/bench.err; }}\n\
@@ -52,6 +56,26 @@ fn bench_moves_checked_data_through_both_paths() {
         .unwrap_or_else(|| panic!("no laps-unwritable: {out}"));
     assert!(
         bad.contains("--laps /proc/no-such-dir/laps.txt:") && !bad.contains("exit 0"),
+        "{bad}"
+    );
+    // --svg: the run's latency and bandwidth drawn (same run as the JSON checked below), `send`
+    // and `send_region` above the eager limit; an unwritable file fails before the run.
+    let plot = harness::section(&out, "svg").unwrap_or_else(|| panic!("no svg: {out}"));
+    svg::check(
+        &plot,
+        &[
+            "message size",
+            "latency (µs)",
+            "bandwidth (MB/s",
+            "1 MiB",
+            "openib bench: 2 ranks",
+        ],
+        &["openib send", "openib send_region (zero copy)"],
+    );
+    let bad = harness::section(&out, "svg-unwritable")
+        .unwrap_or_else(|| panic!("no svg-unwritable: {out}"));
+    assert!(
+        bad.contains("--svg /proc/no-such-dir/b.svg:") && !bad.contains("exit 0"),
         "{bad}"
     );
     // A peer that misnumbers its eager message 100 (the immediate header's sequence byte reads

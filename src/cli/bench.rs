@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// (as Open MPI's ob1 tries its BTL's sendi first), and through `send` otherwise.
     #[arg(long)]
     pub no_sendi: bool,
+    /// Also draw latency and bandwidth against message size into this SVG file (rank 0;
+    /// log-scaled axes; `send`, and `send_region` where it ran). Same data as --json.
+    #[arg(long, value_name = "FILE")]
+    pub svg: Option<std::path::PathBuf>,
 }
 
 /// Round trips left out of `latency_trimmed_us`: the slowest two, as ib_send_lat leaves them
@@ -360,6 +364,13 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
         ),
         _ => None,
     };
+    // The same for the plot: the file is written at the end, from the results.
+    let svg_file = match &a.svg {
+        Some(path) if me == 0 => Some(
+            std::fs::File::create(path).map_err(|e| format!("--svg {}: {e}", path.display()))?,
+        ),
+        _ => None,
+    };
     let peer = 1 - me;
     // The first data message of each size is checked: its number on this rank is the count
     // of data messages of the sizes before (rank 0 receives the pongs, rank 1 the pings and
@@ -434,7 +445,14 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
     // Messages of each inbox this rank expects to have received so far.
     let (mut want_data, mut want_notes) = (0u64, 0u64);
     let mut results = Vec::new();
+    // On a terminal, rank 0 shows the sizes done and the one at hand.
+    let progress = if me == 0 {
+        super::progress::Progress::new(a.sizes.len() as u64, "openib bench", a.json)
+    } else {
+        super::progress::Progress::none()
+    };
     for (k, &size) in a.sizes.iter().enumerate() {
+        progress.set_message(format!("{} B", size));
         let iters = iters_for(a, size);
         let sleeps_before = t.idle_sleeps();
         // Latency: ping-pong of `send` (eager up to the limit, rendezvous above it).
@@ -558,7 +576,9 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             "latency_shared_median_us": sh.map(|(l, _)| l.median_us),
             "latency_shared_trimmed_us": sh.map(|(l, _)| l.trimmed_us),
             "bandwidth_shared_mb_s": sh.map(|(_, b)| *b)}));
+        progress.inc(1);
     }
+    progress.finish();
     t.flush(timeout).map_err(|e| e.to_string())?;
     if let (Some(mut f), Some(path)) = (laps_file, &a.laps) {
         use std::io::Write;
@@ -566,18 +586,34 @@ fn bench(a: &BenchArgs) -> Result<i32, String> {
             .map_err(|e| format!("--laps {}: {e}", path.display()))?;
     }
     if me == 0 {
+        let doc = json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
+            "rndv_protocol": t.config().rndv.to_string(),
+            "srq": t.uses_srq(), "send_budget": t.send_budget(),
+            "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
+            "shared_registrations": t.shared_reg_stats(),
+            "endpoint": t.endpoint_stats(peer)});
+        if let (Some(mut f), Some(path)) = (svg_file, &a.svg) {
+            use std::io::Write;
+            let title = format!(
+                "openib bench: 2 ranks, {} rendezvous, {}",
+                t.config().rndv,
+                if t.uses_srq() {
+                    "shared receive queue"
+                } else {
+                    "per-peer receive buffers"
+                }
+            );
+            let svg = super::plot::bench_figure(&doc, Some(&title))
+                .and_then(|fig| super::plot::render_svg(&fig))
+                .map_err(|e| format!("--svg {}: {e}", path.display()))?;
+            f.write_all(svg.as_bytes())
+                .and_then(|()| f.flush())
+                .map_err(|e| format!("--svg {}: {e}", path.display()))?;
+        }
         if a.json {
             println!(
                 "{}",
-                serde_json::to_string_pretty(
-                    &json!({"results": results, "wireup_us": wireup_us, "eager_limit": eager,
-                        "rndv_protocol": t.config().rndv.to_string(),
-                        "srq": t.uses_srq(), "send_budget": t.send_budget(),
-                        "idle_sleeps": t.idle_sleeps(), "cache": t.cache_stats(),
-                        "shared_registrations": t.shared_reg_stats(),
-                        "endpoint": t.endpoint_stats(peer)})
-                )
-                .expect("serialises")
+                serde_json::to_string_pretty(&doc).expect("serialises")
             );
         } else {
             println!(

@@ -62,6 +62,11 @@ pub enum ModexCmd {
         /// Print JSON instead of text.
         #[arg(long)]
         json: bool,
+        /// Also draw bytes per process against job size into this SVG file, for every format:
+        /// NODES nodes with 1, 2, 4, ... PPN processes each, and PPN processes per node on 1,
+        /// 2, 4, ... NODES nodes (log-scaled axes).
+        #[arg(long, value_name = "FILE")]
+        svg: Option<PathBuf>,
     },
     /// Run the node-leader exchange under the job's runtime (mpirun, srun, openib run, or
     /// alone) and have rank 0 print what it rebuilt of every peer.
@@ -138,7 +143,15 @@ pub fn exec(cmd: ModexCmd) -> Outcome {
             source,
             values,
             json,
-        } => size(&mut o, nodes as usize, ppn as usize, &source, values, json),
+            svg,
+        } => size(
+            &mut o,
+            (nodes as usize, ppn as usize),
+            &source,
+            values,
+            json,
+            svg.as_deref(),
+        ),
         ModexCmd::Exchange(a) => {
             o.code = super::exchange::run(&a);
             return o;
@@ -637,20 +650,28 @@ fn decode(
 
 fn size(
     o: &mut Outcome,
-    nodes: usize,
-    ppn: usize,
+    (nodes, ppn): (usize, usize),
     src: &PortSource,
     values: Values,
     json_out: bool,
+    svg: Option<&std::path::Path>,
 ) -> Result<(), Failure> {
     let l = load(src)?;
     let template = l.build.blob.clone();
     let mine = l.mine;
-    let formats: Vec<FormatSize> = job_sizes_iter(
-        (0..nodes).map(|k| synth_node_with(&template, k, ppn, values, 42, |_| mine)),
-        Compression::DEFAULT,
-    )
-    .map_err(|e| Failure::new(exit::ERROR, "encode", e.to_string()))?;
+    let sizes = |nodes: usize, ppn: usize| -> Result<Vec<FormatSize>, Failure> {
+        job_sizes_iter(
+            (0..nodes).map(|k| synth_node_with(&template, k, ppn, values, 42, |_| mine)),
+            Compression::DEFAULT,
+        )
+        .map_err(|e| Failure::new(exit::ERROR, "encode", e.to_string()))
+    };
+    let formats: Vec<FormatSize> = sizes(nodes, ppn)?;
+    if let Some(path) = svg {
+        let fig = size_figure((nodes, ppn), values, &l.source, &sizes)?;
+        super::plot::write_svg(&fig, path)
+            .map_err(|e| Failure::new(exit::ERROR, "svg", format!("--svg: {e}")))?;
+    }
     let cpcs: Vec<String> = {
         let mut v: Vec<String> = template
             .ports
@@ -722,4 +743,76 @@ fn size(
         );
     }
     Ok(())
+}
+
+/// 1, 2, 4, ... up to and with `n`.
+fn doublings(n: usize) -> Vec<usize> {
+    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |&k| k.checked_mul(2))
+        .take_while(|&k| k < n)
+        .collect();
+    v.push(n);
+    v
+}
+
+/// The legend name of a [`FormatSize`] name.
+fn format_label(name: &str) -> String {
+    match name {
+        "openib" => "openib (node leaders, gathered)".into(),
+        "openib-per-proc" => "openib, a blob per process".into(),
+        "ompi-4.1" => "Open MPI 4.1 openib BTL".into(),
+        "ompi-1.3" => "Open MPI 1.3 openib BTL".into(),
+        "floor" => "floor (distinct values, no keys)".into(),
+        other => other.into(),
+    }
+}
+
+/// `modex size --svg`: bytes per process against job size, one series per format, as the
+/// job grows by processes per node (left) and by nodes (right).
+fn size_figure(
+    (nodes, ppn): (usize, usize),
+    values: Values,
+    source: &str,
+    sizes: &dyn Fn(usize, usize) -> Result<Vec<FormatSize>, Failure>,
+) -> Result<super::plot::Figure, Failure> {
+    use super::plot::{Axis, Figure, Panel, Series};
+    let panel = |title: String, jobs: Vec<(usize, usize)>| -> Result<Panel, Failure> {
+        let mut series: Vec<Series> = Vec::new();
+        for (n, p) in jobs {
+            for f in sizes(n, p)? {
+                let name = format_label(f.name);
+                let x = (n * p) as f64;
+                match series.iter_mut().find(|s| s.name == name) {
+                    Some(s) => s.points.push((x, f.per_process_bytes)),
+                    None => series.push(Series {
+                        name,
+                        points: vec![(x, f.per_process_bytes)],
+                    }),
+                }
+            }
+        }
+        Ok(Panel {
+            title,
+            x_desc: "job size (processes)".into(),
+            y_desc: "modex bytes per process".into(),
+            x_axis: Axis::Count,
+            y_axis: Axis::Value,
+            series,
+        })
+    };
+    let by_ppn = panel(
+        format!("{nodes} node(s), 1 to {ppn} processes each"),
+        doublings(ppn).into_iter().map(|p| (nodes, p)).collect(),
+    )?;
+    let by_nodes = panel(
+        format!("{ppn} processes per node, 1 to {nodes} node(s)"),
+        doublings(nodes).into_iter().map(|n| (n, ppn)).collect(),
+    )?;
+    Ok(Figure {
+        title: "Modex bytes per process against job size".into(),
+        note: Some(format!(
+            "amortized: job bytes / processes, keys and lengths counted; {} per-process values; {source}",
+            values.name()
+        )),
+        panels: vec![by_ppn, by_nodes],
+    })
 }

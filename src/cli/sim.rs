@@ -1,4 +1,4 @@
-//! `openib sim fence --procs P --failures F --seed S [--json]`: runs the resilient fence
+//! `openib sim fence --procs P --failures F --seed S [--seeds N] [--json]`: runs the resilient fence
 //! ([`crate::runtime::resilient`]) for P virtual processes in the deterministic simulator
 //! ([`crate::sim`]) with F random failures, and reports rounds, messages and the agreement.
 
@@ -24,6 +24,10 @@ pub struct FenceArgs {
     /// RNG seed: the same seed gives the same run.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Run this many seeds, from --seed on (seed, seed + 1, ...): one line (or JSON line) each,
+    /// exit 0 only when every one agreed. A progress bar on a terminal (not with --json).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
+    pub seeds: u64,
     /// A death is noticed 1 to 1 + this many rounds later by each process.
     #[arg(long, default_value_t = 3)]
     pub detect_delay: u64,
@@ -49,9 +53,39 @@ fn fence(a: &FenceArgs) -> i32 {
         eprintln!("openib sim fence: --failures must be below --procs (someone must survive)");
         return exit::USAGE;
     }
-    let mut cfg = SimConfig::random(a.procs, a.failures, a.seed);
+    let Some(last) = a.seed.checked_add(a.seeds - 1) else {
+        eprintln!("openib sim fence: --seed + --seeds passes 2^64");
+        return exit::USAGE;
+    };
+    let progress = if a.seeds > 1 {
+        super::progress::Progress::new(a.seeds, "openib sim fence", a.json)
+    } else {
+        super::progress::Progress::none()
+    };
+    let mut all_agreed = true;
+    for seed in a.seed..=last {
+        progress.set_message(format!("seed {seed}"));
+        all_agreed &= one_seed(a, seed, &progress);
+        progress.inc(1);
+    }
+    progress.finish();
+    if all_agreed {
+        exit::OK
+    } else {
+        exit::ERROR
+    }
+}
+
+/// One simulated fence with `seed`, printed (with the bar hidden); whether it agreed.
+fn one_seed(a: &FenceArgs, seed: u64, progress: &super::progress::Progress) -> bool {
+    let mut cfg = SimConfig::random(a.procs, a.failures, seed);
     cfg.max_detect_delay = a.detect_delay;
     let r = simulate(&cfg);
+    progress.suspend(|| print_report(a, &r));
+    r.agreed
+}
+
+fn print_report(a: &FenceArgs, r: &crate::sim::SimReport) {
     if a.json {
         println!(
             "{}",
@@ -74,10 +108,5 @@ fn fence(a: &FenceArgs) -> i32 {
         for p in &r.problems {
             println!("  problem: {p}");
         }
-    }
-    if r.agreed {
-        exit::OK
-    } else {
-        exit::ERROR
     }
 }

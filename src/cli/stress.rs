@@ -166,6 +166,14 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     let peers: Vec<u32> = (0..size).filter(|&p| p != me).collect();
     let t = SharedTransport::new(t);
     let threads = a.threads.max(1);
+    // On a terminal, rank 0 shows the messages sent and received so far (its length is set
+    // below, once the expected counts are known), then the phase.
+    let progress = if me == 0 {
+        super::progress::Progress::new(0, "openib stress", a.json)
+    } else {
+        super::progress::Progress::none()
+    };
+    progress.set_message("messages");
 
     // Receive side: check order and content of every stream.
     let recv = Arc::new(Mutex::new(Received::default()));
@@ -174,6 +182,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     let mpi = a.dist == "mpi";
     for th in 0..threads {
         let recv = recv.clone();
+        let progress = progress.clone();
         t.on_tag(
             TAG_STREAM + th as u8,
             Box::new(move |src, data| {
@@ -192,6 +201,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                 r.next.insert((src, th), i + 1);
                 r.messages += 1;
                 r.bytes += data.len() as u64;
+                progress.inc(1);
             }),
         )
         .map_err(|e| e.to_string())?;
@@ -240,6 +250,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             .sum()
     };
     let expected_total: u64 = peers.iter().map(|&p| expected_from(p)).sum();
+    progress.set_length(a.messages + expected_total);
 
     // Completion routing: a token belongs to the thread that got it.
     let owner: Arc<Mutex<HashMap<u64, usize>>> = Default::default();
@@ -322,6 +333,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
             let window = a.window.max(1);
             let (shared, use_sendi) = (a.shared, a.sendi);
             let sendi_count = sendi_count.clone();
+            let progress = progress.clone();
             hs.push(s.spawn(move || -> Result<(), String> {
                 let mut idx: HashMap<u32, u64> = HashMap::new();
                 let mut buf = Vec::new();
@@ -375,6 +387,9 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
                     } else {
                         g.send(dst, tag, &buf).map(Some)
                     };
+                    if sent.is_ok() {
+                        progress.inc(1);
+                    }
                     let token = match sent {
                         Ok(Some(token)) => token,
                         Ok(None) => {
@@ -467,6 +482,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     let holder = peers.iter().copied().chain([me]).min().expect("me");
     let stream_secs = send_start.elapsed().as_secs_f64();
 
+    progress.set_message("puts");
     // 2. Put then get random ranges of this rank's slice of each peer's landing region.
     let landing = t
         .register(PUT_SLICE * size as usize)
@@ -512,6 +528,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         put_bytes += len as u64;
     }
 
+    progress.set_message("atomics");
     // 3. Atomics on the holder's counters from every other rank and thread.
     let atomics_each = if me == holder { 0 } else { a.atomics };
     if atomics_each > 0 {
@@ -634,6 +651,7 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     } else {
         None
     };
+    progress.finish();
     Ok(json!({
         "rank": me,
         "ok": true,

@@ -1,0 +1,47 @@
+//! Checks of an SVG the plots write: it parses as XML with an `<svg>` root, its text holds
+//! the given labels, and it draws one curve per named series (a series is a colour of the
+//! 2-pixel polylines: its curve in each panel and its legend line).
+
+use std::collections::BTreeMap;
+
+/// Panics unless `svg` is an SVG document with every one of `labels` in its text and exactly
+/// `series` (legend names) drawn, each in a colour of its own. Returns its text.
+pub fn check(svg: &str, labels: &[&str], series: &[&str]) -> String {
+    let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("not XML ({e}): {svg}"));
+    let root = doc.root_element();
+    assert_eq!(root.tag_name().name(), "svg", "root element");
+    assert!(root.attribute("width").is_some() && root.attribute("height").is_some());
+    let text: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    let joined = text.join("\n");
+    for l in labels {
+        assert!(
+            text.iter().any(|t| t.contains(l)),
+            "no label {l:?} in {joined}"
+        );
+    }
+    for s in series {
+        assert!(text.contains(s), "no legend entry {s:?} in {joined}");
+    }
+    // Curves: 2-pixel polylines, by colour (count of polylines per colour).
+    let mut colours: BTreeMap<&str, usize> = BTreeMap::new();
+    for n in doc.descendants().filter(|n| n.has_tag_name("polyline")) {
+        if n.attribute("stroke-width") == Some("2") {
+            *colours
+                .entry(n.attribute("stroke").unwrap_or(""))
+                .or_default() += 1;
+        }
+    }
+    assert_eq!(
+        colours.len(),
+        series.len(),
+        "curve colours {colours:?}, series {series:?}"
+    );
+    // Each: its legend line and at least one curve.
+    assert!(colours.values().all(|&c| c >= 2), "{colours:?}");
+    joined
+}

@@ -33,9 +33,30 @@ fn bench_moves_checked_data_through_both_paths() {
          echo '=== laps-unwritable'; {b} run -n 2 --timeout 300 -- {b} bench --iters 5 --sizes 8 --laps /proc/no-such-dir/laps.txt 2>&1; echo \"exit $?\"\n\
          echo '=== lie'; OPENIB_FAULT=lie-seq:1 {b} run -n 2 --timeout 120 -- {b} bench --iters 200 --sizes 8 2>&1; echo \"exit $?\"\n\
          echo '=== signal-all'; OPENIB_SIGNAL_EVERY=1 {b} run -n 2 --timeout 300 -- {b} bench --json --iters 20 --sizes 8 2>/tmp/bench.err || {{ echo FAILED; cat /tmp/bench.err; }}\n\
+         echo '=== tty'; TERM=xterm script -qec '{b} run -n 2 --timeout 300 -- {b} bench --iters 5 --sizes 8,65536' /dev/null 2>&1; echo \"exit $?\"\n\
+         echo '=== tty-json'; TERM=xterm script -qec '{b} run -n 2 --timeout 300 -- {b} bench --json --iters 5 --sizes 8' /dev/null 2>&1; echo \"exit $?\"\n\
+         echo '=== tty-stress'; TERM=xterm script -qec '{b} run -n 2 --timeout 300 -- {b} stress --messages 100 --max-size 100000 --puts 2 --atomics 2' /dev/null 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n"
     );
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    // On a terminal (script(1)'s pty) rank 0 draws a progress bar beside the usual output; not
+    // with --json (the other sections, off a terminal, parse their output as before).
+    let tty = harness::section(&out, "tty").unwrap_or_else(|| panic!("no tty: {out}"));
+    assert!(
+        tty.contains("openib bench [") && tty.contains("latency us") && tty.contains("exit 0"),
+        "{tty}"
+    );
+    let tty = harness::section(&out, "tty-json").unwrap_or_else(|| panic!("no tty-json: {out}"));
+    assert!(
+        !tty.contains("openib bench [") && tty.contains("\"results\"") && tty.contains("exit 0"),
+        "{tty}"
+    );
+    let tty =
+        harness::section(&out, "tty-stress").unwrap_or_else(|| panic!("no tty-stress: {out}"));
+    assert!(
+        tty.contains("openib stress [") && tty.contains("\"ok\":true") && tty.contains("exit 0"),
+        "{tty}"
+    );
     // --laps: every timed round trip, in order, size by size; an unwritable file fails.
     let laps = harness::section(&out, "laps").unwrap_or_else(|| panic!("no laps: {out}"));
     assert!(!laps.contains("FAILED"), "laps: {laps}");

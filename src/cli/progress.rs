@@ -40,26 +40,9 @@ impl Progress {
         Progress { bar: None }
     }
 
-    /// Whether a bar is drawn.
-    pub fn is_drawn(&self) -> bool {
-        self.bar.is_some()
-    }
-
     pub fn inc(&self, n: u64) {
         if let Some(b) = &self.bar {
             b.inc(n);
-        }
-    }
-
-    pub fn set_length(&self, len: u64) {
-        if let Some(b) = &self.bar {
-            b.set_length(len);
-        }
-    }
-
-    pub fn set_position(&self, pos: u64) {
-        if let Some(b) = &self.bar {
-            b.set_position(pos);
         }
     }
 

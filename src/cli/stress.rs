@@ -166,10 +166,26 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
     let peers: Vec<u32> = (0..size).filter(|&p| p != me).collect();
     let t = SharedTransport::new(t);
     let threads = a.threads.max(1);
-    // On a terminal, rank 0 shows the messages sent and received so far (its length is set
-    // below, once the expected counts are known), then the phase.
+    // Expected message counts from each peer (deterministic split).
+    let per_thread = |th: usize| {
+        a.messages / threads as u64 + u64::from((th as u64) < a.messages % threads as u64)
+    };
+    let expected_from = |src: u32| -> u64 {
+        let src_peers: Vec<u32> = (0..size).filter(|&p| p != src).collect();
+        let k = src_peers.iter().position(|&p| p == me).expect("a peer") as u64;
+        (0..threads)
+            .map(|th| {
+                let n = per_thread(th);
+                let np = src_peers.len() as u64;
+                n / np + u64::from(k < n % np)
+            })
+            .sum()
+    };
+    let expected_total: u64 = peers.iter().map(|&p| expected_from(p)).sum();
+
+    // On a terminal, rank 0 shows the messages it sent and received so far, then the phase.
     let progress = if me == 0 {
-        super::progress::Progress::new(0, "openib stress", a.json)
+        super::progress::Progress::new(a.messages + expected_total, "openib stress", a.json)
     } else {
         super::progress::Progress::none()
     };
@@ -233,24 +249,6 @@ fn stress(a: &StressArgs) -> Result<serde_json::Value, String> {
         )
         .map_err(|e| e.to_string())?;
     }
-
-    // Expected message counts from each peer (deterministic split).
-    let per_thread = |th: usize| {
-        a.messages / threads as u64 + u64::from((th as u64) < a.messages % threads as u64)
-    };
-    let expected_from = |src: u32| -> u64 {
-        let src_peers: Vec<u32> = (0..size).filter(|&p| p != src).collect();
-        let k = src_peers.iter().position(|&p| p == me).expect("a peer") as u64;
-        (0..threads)
-            .map(|th| {
-                let n = per_thread(th);
-                let np = src_peers.len() as u64;
-                n / np + u64::from(k < n % np)
-            })
-            .sum()
-    };
-    let expected_total: u64 = peers.iter().map(|&p| expected_from(p)).sum();
-    progress.set_length(a.messages + expected_total);
 
     // Completion routing: a token belongs to the thread that got it.
     let owner: Arc<Mutex<HashMap<u64, usize>>> = Default::default();

@@ -6,96 +6,14 @@
 //! Prerequisites: mpicc and Open MPI's internal headers (libopenmpi-dev), ompi_info and mpirun
 //! (openmpi-bin), nm (binutils). Missing: a failure under CI, a loud skip elsewhere.
 
+#[path = "common/ompi.rs"]
+mod ompi;
 #[path = "common/prereq.rs"]
 mod prereq;
 
-use prereq::Unmet;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-use std::sync::OnceLock;
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn runs(prog: &str, arg: &str) -> bool {
-    Command::new(prog)
-        .arg(arg)
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-/// What the component's build needs, as the script checks it (mpicc, btl.h in its includes).
-fn have_ompi_dev() -> Result<(), Unmet> {
-    let missing = |why: &str| Unmet::Missing(format!("{why} (install libopenmpi-dev)"));
-    let o = Command::new("mpicc")
-        .arg("--showme:incdirs")
-        .output()
-        .map_err(|e| missing(&format!("mpicc cannot run: {e}")))?;
-    if !o.status.success() {
-        return Err(missing("mpicc --showme:incdirs failed"));
-    }
-    let dirs = String::from_utf8_lossy(&o.stdout).to_string();
-    if !dirs
-        .split_whitespace()
-        .any(|d| Path::new(d).join("opal/mca/btl/btl.h").is_file())
-    {
-        return Err(missing(&format!(
-            "Open MPI's opal/mca/btl/btl.h is not in {}",
-            dirs.trim()
-        )));
-    }
-    Ok(())
-}
-
-/// `scripts/build-oib`'s mca_btl_oib.so, built once for every test of this file.
-fn component() -> Result<PathBuf, Unmet> {
-    static SO: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
-    SO.get_or_init(|| {
-        have_ompi_dev()?;
-        let o = Command::new(root().join("scripts/build-oib"))
-            .arg("--quiet")
-            .output()
-            .map_err(|e| Unmet::Broken(format!("scripts/build-oib cannot run: {e}")))?;
-        let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
-        if !o.status.success() || out.is_empty() {
-            return Err(Unmet::Broken(format!(
-                "scripts/build-oib failed ({:?}): {}{}",
-                o.status,
-                out,
-                String::from_utf8_lossy(&o.stderr)
-            )));
-        }
-        Ok(PathBuf::from(out))
-    })
-    .clone()
-}
-
-/// A command with the environment of a clean job: no inherited OPENIB_/PMIX_/OMPI_ variable,
-/// root allowed, and the component's directory before Open MPI's own.
-fn ompi_cmd(prog: &str, so: &Path) -> Command {
-    let mut c = Command::new(prog);
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {
-            c.env_remove(k);
-        }
-    }
-    let dir = so.parent().expect("the .so has a directory");
-    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        .env(
-            "OMPI_MCA_mca_base_component_path",
-            format!("{}:SYS_DEFAULT", dir.display()),
-        );
-    c
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).to_string(),
-        String::from_utf8_lossy(&o.stderr).to_string(),
-    )
-}
+use ompi::{component, hello, ompi_cmd, root, runs, text};
+use std::path::Path;
+use std::process::Command;
 
 #[test]
 fn the_component_exports_only_its_symbol_and_resolves_every_other() {
@@ -211,31 +129,6 @@ fn ompi_info_lists_oib_and_its_parameters() {
     ] {
         assert!(out.contains(setting), "{setting} not named:\n{out}");
     }
-}
-
-/// tests/c/ompi_hello.c compiled with mpicc into a scratch directory (kept for the process).
-fn hello() -> Result<PathBuf, Unmet> {
-    static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        have_ompi_dev()?;
-        let dir = std::env::temp_dir().join(format!("ompi_oib-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
-        let exe = dir.join("ompi_hello");
-        let o = Command::new("mpicc")
-            .args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&exe)
-            .arg(root().join("tests/c/ompi_hello.c"))
-            .output()
-            .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
-        if !o.status.success() {
-            let (out, err) = text(&o);
-            return Err(Unmet::Broken(format!(
-                "mpicc tests/c/ompi_hello.c failed: {out}{err}"
-            )));
-        }
-        Ok(exe)
-    })
-    .clone()
 }
 
 /// `mpirun -np 2 --mca pml ob1 --mca btl self,vader,oib [extra...] ompi_hello`.

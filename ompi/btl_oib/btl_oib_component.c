@@ -116,16 +116,14 @@ static int oib_register(void)
 
 static int oib_open(void)
 {
-    mca_btl_oib_component.transport = NULL;
+    mca_btl_oib_component.module = NULL;
     return OPAL_SUCCESS;
 }
 
+/* The module (and with it the transport) is released by its finalize, which Open MPI calls
+ * before closing the component. */
 static int oib_close(void)
 {
-    if (NULL != mca_btl_oib_component.transport) {
-        (void) openib_close(mca_btl_oib_component.transport);
-        mca_btl_oib_component.transport = NULL;
-    }
     return OPAL_SUCCESS;
 }
 
@@ -214,17 +212,25 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
                             openib_last_error());
         return NULL;
     }
-    /* The transport opened, but this build has no module yet (no send path for ob1): step
-     * aside as above, after releasing the transport. */
-    opal_output_verbose(1, OIB_OUT,
-                        "btl: oib: no module: the transport opened (rank %d of %d) but this "
-                        "build of the component has no send path yet (docs/OMPI.md)",
-                        openib_rank(t), openib_size(t));
-    (void) openib_close(t);
-    return NULL;
+    mca_btl_oib_module_t *m = mca_btl_oib_module_create(t);
+    if (NULL == m) {
+        return NULL;
+    }
+    mca_btl_base_module_t **modules = malloc(sizeof *modules);
+    if (NULL == modules) {
+        (void) m->super.btl_finalize(&m->super);
+        return NULL;
+    }
+    modules[0] = &m->super;
+    mca_btl_oib_component.module = m;
+    *num_btls = 1;
+    opal_output_verbose(10, OIB_OUT, "btl: oib: one module (rank %u of %u, eager limit %zu)",
+                        m->rank, m->size, m->super.btl_eager_limit);
+    return modules;
 }
 
 static int oib_progress(void)
 {
-    return 0;
+    mca_btl_oib_module_t *m = mca_btl_oib_component.module;
+    return NULL == m ? 0 : mca_btl_oib_module_progress(m);
 }

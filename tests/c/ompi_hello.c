@@ -1,8 +1,9 @@
 /*
  * ompi_hello.c: an MPI program for the oib BTL tests (tests/ompi_oib.rs). Every rank sends a
  * message of each size to the next rank and receives one from the previous rank, checking
- * every byte (the pattern names the sender, the size and the offset); then a barrier and an
- * allreduce of the ranks. Prints "ompi_hello: rank R of N ok" and exits 0, or names the first
+ * every byte (the pattern names the sender, the size and the offset); then 64 non-blocking
+ * messages of mixed sizes outstanding at once each way, checked the same way; then a barrier
+ * and an allreduce of the ranks. Prints "ompi_hello: rank R of N ok" and exits 0, or names the first
  * wrong byte and exits 1 (MPI_Abort).
  */
 #include <mpi.h>
@@ -56,6 +57,42 @@ int main(int argc, char **argv)
         }
         free(out);
         free(in);
+    }
+    enum { MANY = 64 };
+    unsigned char *outs[MANY], *ins[MANY];
+    MPI_Request reqs[2 * MANY];
+    for (int k = 0; k < MANY; k++) {
+        size_t n = ((size_t) k * 9973u) % 40000u;
+        outs[k] = malloc(n + 1);
+        ins[k] = malloc(n + 1);
+        if (!outs[k] || !ins[k]) {
+            fprintf(stderr, "ompi_hello: rank %d: out of memory\n", rank);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+        }
+        for (size_t i = 0; i < n; i++) {
+            outs[k][i] = pattern(rank, n, i);
+            ins[k][i] = 0;
+        }
+        MPI_Irecv(ins[k], (int) n, MPI_BYTE, prev, 1000 + k, MPI_COMM_WORLD, &reqs[k]);
+    }
+    for (int k = 0; k < MANY; k++) {
+        size_t n = ((size_t) k * 9973u) % 40000u;
+        MPI_Isend(outs[k], (int) n, MPI_BYTE, next, 1000 + k, MPI_COMM_WORLD, &reqs[MANY + k]);
+    }
+    MPI_Waitall(2 * MANY, reqs, MPI_STATUSES_IGNORE);
+    for (int k = 0; k < MANY; k++) {
+        size_t n = ((size_t) k * 9973u) % 40000u;
+        for (size_t i = 0; i < n; i++) {
+            if (ins[k][i] != pattern(prev, n, i)) {
+                fprintf(stderr,
+                        "ompi_hello: rank %d: non-blocking message %d: byte %zu of %zu from "
+                        "rank %d is %u, expected %u\n",
+                        rank, k, i, n, prev, ins[k][i], pattern(prev, n, i));
+                MPI_Abort(MPI_COMM_WORLD, 1);
+            }
+        }
+        free(outs[k]);
+        free(ins[k]);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     long sum = 0, mine = rank;

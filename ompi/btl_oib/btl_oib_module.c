@@ -241,8 +241,11 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     return OPAL_SUCCESS;
 }
 
-/* An immediate send of header + packed payload, when the transport can post it now;
- * otherwise OPAL_ERR_OUT_OF_RESOURCE and no descriptor (ob1 then takes the alloc path). */
+/* An immediate send of header + packed payload when the transport can post it now. Otherwise
+ * OPAL_ERR_OUT_OF_RESOURCE with, when ob1 asks for one, a descriptor of that size: ob1 packs
+ * into it and sends it with btl_send (which queues until the connection is up). Without that
+ * descriptor ob1 would only retry sendi, and a peer whose connection only sendi starts would
+ * never be reached. */
 static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
                      struct opal_convertor_t *convertor, void *header, size_t header_size,
                      size_t payload_size, uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
@@ -250,32 +253,42 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
 {
     mca_btl_oib_module_t *m = module_of(btl);
     size_t total = header_size + payload_size;
+    int rc = OPENIB_ERR_BUSY;
 
     if (NULL != descriptor) {
         *descriptor = NULL;
     }
-    if (0 == tag || total > m->super.btl_eager_limit) {
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    }
-    mca_btl_oib_frag_t *scratch = frag_get(m, ep, total, 0);
-    if (NULL == scratch) {
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    }
-    unsigned char *buf = scratch->segment.seg_addr.pval;
-    memcpy(buf, header, header_size);
-    if (payload_size > 0) {
-        struct iovec iov = {.iov_base = buf + header_size, .iov_len = payload_size};
-        uint32_t count = 1;
-        size_t packed = payload_size;
-        if (opal_convertor_pack(convertor, &iov, &count, &packed) < 0 || packed != payload_size) {
-            /* The convertor moved: ob1 cannot retry this message another way. */
-            opal_free_list_return(&m->frags, &scratch->base.super);
-            return OPAL_ERROR;
+    if (0 != tag && total <= m->super.btl_eager_limit) {
+        mca_btl_oib_frag_t *scratch = frag_get(m, ep, total, 0);
+        if (NULL == scratch) {
+            return OPAL_ERR_OUT_OF_RESOURCE;
+        }
+        unsigned char *buf = scratch->segment.seg_addr.pval;
+        memcpy(buf, header, header_size);
+        if (payload_size > 0) {
+            struct iovec iov = {.iov_base = buf + header_size, .iov_len = payload_size};
+            uint32_t count = 1;
+            size_t packed = payload_size;
+            if (opal_convertor_pack(convertor, &iov, &count, &packed) < 0
+                || packed != payload_size) {
+                opal_free_list_return(&m->frags, &scratch->base.super);
+                return OPAL_ERROR;
+            }
+        }
+        rc = openib_sendi(m->t, ep->rank, tag, buf, total);
+        opal_free_list_return(&m->frags, &scratch->base.super);
+        if (OPENIB_OK == rc) {
+            return OPAL_SUCCESS;
+        }
+        if (OPENIB_ERR_BUSY != rc && OPENIB_ERR_TOO_LARGE != rc) {
+            return opal_code(rc);
         }
     }
-    int rc = openib_sendi(m->t, ep->rank, tag, buf, total);
-    opal_free_list_return(&m->frags, &scratch->base.super);
-    return opal_code(rc);
+    /* ob1 resets the convertor before it packs again into this descriptor. */
+    if (NULL != descriptor) {
+        *descriptor = oib_alloc(btl, ep, order, total, flags);
+    }
+    return OPAL_ERR_OUT_OF_RESOURCE;
 }
 
 static void oib_dump(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,

@@ -110,6 +110,21 @@ static int oib_register(void)
     reg_int("recv_depth", "OPENIB_RECV_DEPTH", "Receive buffers posted per endpoint", 0,
             &c->recv_depth);
 
+    c->connect_at_init = true;
+    (void) mca_base_component_var_register(
+        &c->super.btl_version, "connect_at_init",
+        "Connect to every peer of the job when the BTL starts (until the transport can start a "
+        "connection from the higher rank of a pair, without it a higher rank's first message "
+        "to a lower rank that does not send to it first never leaves)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->connect_at_init);
+    c->connect_timeout = 60000;
+    (void) mca_base_component_var_register(
+        &c->super.btl_version, "connect_timeout",
+        "Milliseconds btl_oib_connect_at_init waits for every connection",
+        MCA_BASE_VAR_TYPE_INT, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->connect_timeout);
+
     /* btl_oib_eager_limit, btl_oib_max_send_size, btl_oib_exclusivity, btl_oib_flags, ... */
     return mca_btl_base_param_register(&c->super.btl_version, &mca_btl_oib_module_defaults);
 }
@@ -215,6 +230,19 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
     mca_btl_oib_module_t *m = mca_btl_oib_module_create(t);
     if (NULL == m) {
         return NULL;
+    }
+    if (mca_btl_oib_component.connect_at_init && m->size > 1) {
+        /* Every rank with a module gets here (ranks without one stepped aside before the
+         * transport's wire-up). A failure leaves the module: connections still start lazily
+         * from the lower rank, and stepping aside now would leave peers that chose us
+         * waiting. */
+        int to = mca_btl_oib_component.connect_timeout > 0 ? mca_btl_oib_component.connect_timeout
+                                                           : 60000;
+        rc = openib_connect_all(t, (uint32_t) to);
+        if (OPENIB_OK != rc) {
+            opal_output_verbose(1, OIB_OUT, "btl: oib: connecting to every peer: %s (%s)",
+                                openib_strerror(rc), openib_last_error());
+        }
     }
     mca_btl_base_module_t **modules = malloc(sizeof *modules);
     if (NULL == modules) {

@@ -1,0 +1,517 @@
+/*
+ * btl_oib_module.c: the module, i.e. what ob1 calls: add_procs/del_procs, alloc/free,
+ * prepare_src, send, sendi, dump, finalize, register_error; and the module's progress.
+ *
+ * Sends: openib_send copies the bytes before it returns, so a descriptor could be reused at
+ * once; still, as vader does (ob1 is known to mishandle the inline-completion return 1), send
+ * returns OPAL_SUCCESS and the descriptor's callback runs from progress when the transport
+ * reports the send's completion (its token), with the transport's status.
+ *
+ * Receives: the transport calls its receive callback with its lock held, where no transport
+ * call is allowed, but ob1's callbacks send. So the callback copies the message into a queue,
+ * and progress hands the queue to ob1 (mca_btl_base_active_message_trigger) after the
+ * transport's progress has returned: one copy more than needed (docs/OMPI.md).
+ */
+#include "opal_config.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/uio.h>
+
+#include "opal/class/opal_bitmap.h"
+#include "opal/constants.h"
+#include "opal/datatype/opal_convertor.h"
+#include "opal/util/output.h"
+
+#include "btl_oib.h"
+
+#define OIB_OUT (opal_btl_base_framework.framework_output)
+
+static void frag_construct(mca_btl_oib_frag_t *frag)
+{
+    frag->segment.seg_addr.pval = NULL;
+    frag->segment.seg_len = 0;
+    frag->base.des_segments = &frag->segment;
+    frag->base.des_segment_count = 1;
+    frag->endpoint = NULL;
+    frag->token = 0;
+    frag->next = NULL;
+}
+
+OBJ_CLASS_INSTANCE(mca_btl_oib_frag_t, mca_btl_base_descriptor_t, frag_construct, NULL);
+
+static inline mca_btl_oib_module_t *module_of(struct mca_btl_base_module_t *btl)
+{
+    return (mca_btl_oib_module_t *) btl;
+}
+
+/* The transport's error as an OPAL code ob1 understands. */
+static int opal_code(int rc)
+{
+    switch (rc) {
+    case OPENIB_OK:
+        return OPAL_SUCCESS;
+    case OPENIB_ERR_BUSY:
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    case OPENIB_ERR_NO_PATH:
+    case OPENIB_ERR_BAD_PEER:
+    case OPENIB_ERR_ENDPOINT_FAILED:
+        return OPAL_ERR_UNREACH;
+    case OPENIB_ERR_TOO_LARGE:
+        return OPAL_ERR_BAD_PARAM;
+    default:
+        return OPAL_ERROR;
+    }
+}
+
+static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                         struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers,
+                         opal_bitmap_t *reachable)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    opal_process_name_t me = OPAL_PROC_MY_NAME;
+
+    for (size_t i = 0; i < nprocs; i++) {
+        opal_proc_t *p = procs[i];
+        uint32_t rank = p->proc_name.vpid;
+        /* Another job, ourselves (the self BTL's), or beyond our job: not reachable here. */
+        if (p->proc_name.jobid != me.jobid || rank == m->rank || rank >= m->size) {
+            continue;
+        }
+        mca_btl_base_endpoint_t *ep = m->endpoints[rank];
+        if (NULL == ep) {
+            ep = calloc(1, sizeof *ep);
+            if (NULL == ep) {
+                return OPAL_ERR_OUT_OF_RESOURCE;
+            }
+            ep->proc = p;
+            ep->rank = rank;
+            m->endpoints[rank] = ep;
+        }
+        peers[i] = ep;
+        if (NULL != reachable) {
+            (void) opal_bitmap_set_bit(reachable, (int) i);
+        }
+    }
+    return OPAL_SUCCESS;
+}
+
+/* The endpoints stay (and their connections) until finalize: ob1 removes every proc at
+ * MPI_Finalize, when messages may still be in flight. */
+static int oib_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
+                         struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers)
+{
+    return OPAL_SUCCESS;
+}
+
+static mca_btl_oib_frag_t *frag_get(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep,
+                                    size_t size, uint32_t flags)
+{
+    if (size > m->super.btl_max_send_size) {
+        return NULL;
+    }
+    mca_btl_oib_frag_t *frag = (mca_btl_oib_frag_t *) opal_free_list_get(&m->frags);
+    if (NULL == frag) {
+        return NULL;
+    }
+    frag->segment.seg_addr.pval = frag->base.super.ptr;
+    frag->segment.seg_len = size;
+    frag->base.des_segments = &frag->segment;
+    frag->base.des_segment_count = 1;
+    frag->base.des_flags = flags;
+    frag->base.des_cbfunc = NULL;
+    frag->base.des_cbdata = NULL;
+    frag->base.order = MCA_BTL_NO_ORDER;
+    frag->endpoint = ep;
+    frag->token = 0;
+    frag->next = NULL;
+    return frag;
+}
+
+static mca_btl_base_descriptor_t *oib_alloc(struct mca_btl_base_module_t *btl,
+                                            struct mca_btl_base_endpoint_t *ep, uint8_t order,
+                                            size_t size, uint32_t flags)
+{
+    mca_btl_oib_frag_t *frag = frag_get(module_of(btl), ep, size, flags);
+    return NULL == frag ? NULL : &frag->base;
+}
+
+static int oib_free(struct mca_btl_base_module_t *btl, mca_btl_base_descriptor_t *des)
+{
+    opal_free_list_return(&module_of(btl)->frags, &des->super);
+    return OPAL_SUCCESS;
+}
+
+/* Packs up to *size bytes of the convertor after `reserve` bytes of header space. */
+static mca_btl_base_descriptor_t *oib_prepare_src(struct mca_btl_base_module_t *btl,
+                                                  struct mca_btl_base_endpoint_t *ep,
+                                                  struct opal_convertor_t *convertor,
+                                                  uint8_t order, size_t reserve, size_t *size,
+                                                  uint32_t flags)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    if (reserve > m->super.btl_max_send_size) {
+        return NULL;
+    }
+    size_t room = m->super.btl_max_send_size - reserve;
+    size_t want = *size < room ? *size : room;
+    mca_btl_oib_frag_t *frag = frag_get(m, ep, reserve + want, flags);
+    if (NULL == frag) {
+        return NULL;
+    }
+    struct iovec iov = {.iov_base = (unsigned char *) frag->segment.seg_addr.pval + reserve,
+                        .iov_len = want};
+    uint32_t count = 1;
+    size_t packed = want;
+    if (want > 0 && opal_convertor_pack(convertor, &iov, &count, &packed) < 0) {
+        opal_free_list_return(&m->frags, &frag->base.super);
+        return NULL;
+    }
+    if (want == 0) {
+        packed = 0;
+    }
+    frag->segment.seg_len = reserve + packed;
+    *size = packed;
+    return &frag->base;
+}
+
+static void sends_push(mca_btl_oib_module_t *m, mca_btl_oib_frag_t *frag)
+{
+    frag->next = NULL;
+    if (NULL == m->sends_tail) {
+        m->sends_head = frag;
+    } else {
+        m->sends_tail->next = frag;
+    }
+    m->sends_tail = frag;
+}
+
+/* The send in flight with `token`, unlinked; NULL when there is none. */
+static mca_btl_oib_frag_t *sends_take(mca_btl_oib_module_t *m, uint64_t token)
+{
+    mca_btl_oib_frag_t *prev = NULL;
+    pthread_mutex_lock(&m->send_lock);
+    mca_btl_oib_frag_t *f = m->sends_head;
+    while (NULL != f && f->token != token) {
+        prev = f;
+        f = f->next;
+    }
+    if (NULL != f) {
+        if (NULL == prev) {
+            m->sends_head = f->next;
+        } else {
+            prev->next = f->next;
+        }
+        if (m->sends_tail == f) {
+            m->sends_tail = prev;
+        }
+        f->next = NULL;
+    }
+    pthread_mutex_unlock(&m->send_lock);
+    return f;
+}
+
+static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                    struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    mca_btl_oib_frag_t *frag = (mca_btl_oib_frag_t *) des;
+    uint64_t token = 0;
+
+    if (0 == tag) {
+        return OPAL_ERR_BAD_PARAM; /* the transport's own tag */
+    }
+    frag->endpoint = ep;
+    des->des_flags |= MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
+    /* Under send_lock, so that progress cannot see the completion before the token is in
+     * the list. */
+    pthread_mutex_lock(&m->send_lock);
+    int rc = openib_send(m->t, ep->rank, tag, frag->segment.seg_addr.pval, frag->segment.seg_len,
+                         &token);
+    if (OPENIB_OK == rc) {
+        frag->token = token;
+        sends_push(m, frag);
+    }
+    pthread_mutex_unlock(&m->send_lock);
+    if (OPENIB_OK != rc) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: send of %zu bytes to rank %u: %s",
+                            frag->segment.seg_len, ep->rank, openib_last_error());
+        return opal_code(rc);
+    }
+    return OPAL_SUCCESS;
+}
+
+/* An immediate send of header + packed payload when the transport can post it now. Otherwise
+ * OPAL_ERR_OUT_OF_RESOURCE with, when ob1 asks for one, a descriptor of that size: ob1 packs
+ * into it and sends it with btl_send (which queues until the connection is up). Without that
+ * descriptor ob1 would only retry sendi, and a peer whose connection only sendi starts would
+ * never be reached. */
+static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                     struct opal_convertor_t *convertor, void *header, size_t header_size,
+                     size_t payload_size, uint8_t order, uint32_t flags, mca_btl_base_tag_t tag,
+                     mca_btl_base_descriptor_t **descriptor)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    size_t total = header_size + payload_size;
+    int rc = OPENIB_ERR_BUSY;
+
+    if (NULL != descriptor) {
+        *descriptor = NULL;
+    }
+    if (0 != tag && total <= m->super.btl_eager_limit) {
+        mca_btl_oib_frag_t *scratch = frag_get(m, ep, total, 0);
+        if (NULL == scratch) {
+            return OPAL_ERR_OUT_OF_RESOURCE;
+        }
+        unsigned char *buf = scratch->segment.seg_addr.pval;
+        memcpy(buf, header, header_size);
+        if (payload_size > 0) {
+            struct iovec iov = {.iov_base = buf + header_size, .iov_len = payload_size};
+            uint32_t count = 1;
+            size_t packed = payload_size;
+            if (opal_convertor_pack(convertor, &iov, &count, &packed) < 0
+                || packed != payload_size) {
+                opal_free_list_return(&m->frags, &scratch->base.super);
+                return OPAL_ERROR;
+            }
+        }
+        rc = openib_sendi(m->t, ep->rank, tag, buf, total);
+        opal_free_list_return(&m->frags, &scratch->base.super);
+        if (OPENIB_OK == rc) {
+            return OPAL_SUCCESS;
+        }
+        if (OPENIB_ERR_BUSY != rc && OPENIB_ERR_TOO_LARGE != rc) {
+            return opal_code(rc);
+        }
+    }
+    /* ob1 resets the convertor before it packs again into this descriptor. */
+    if (NULL != descriptor) {
+        *descriptor = oib_alloc(btl, ep, order, total, flags);
+    }
+    return OPAL_ERR_OUT_OF_RESOURCE;
+}
+
+static void oib_dump(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                     int verbose)
+{
+    mca_btl_base_dump(btl, ep, verbose);
+}
+
+static int oib_register_error(struct mca_btl_base_module_t *btl,
+                              mca_btl_base_module_error_cb_fn_t cbfunc)
+{
+    module_of(btl)->error_cb = cbfunc;
+    return OPAL_SUCCESS;
+}
+
+static void rx_free_all(mca_btl_oib_module_t *m)
+{
+    mca_btl_oib_rx_t *rx = m->rx_head;
+    while (NULL != rx) {
+        mca_btl_oib_rx_t *next = rx->next;
+        free(rx);
+        rx = next;
+    }
+    m->rx_head = m->rx_tail = NULL;
+}
+
+static int oib_finalize(struct mca_btl_base_module_t *btl)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    if (mca_btl_oib_component.module == m) {
+        mca_btl_oib_component.module = NULL;
+    }
+    int rc = openib_close(m->t); /* flushes first (up to 10 s) */
+    if (OPENIB_OK != rc) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: close: %s", openib_last_error());
+    }
+    m->t = NULL;
+    rx_free_all(m);
+    /* Sends never completed: their descriptors go back with the free list. */
+    m->sends_head = m->sends_tail = NULL;
+    for (uint32_t r = 0; r < m->size; r++) {
+        free(m->endpoints[r]);
+    }
+    free(m->endpoints);
+    OBJ_DESTRUCT(&m->frags);
+    pthread_mutex_destroy(&m->send_lock);
+    pthread_mutex_destroy(&m->rx_lock);
+    pthread_mutex_destroy(&m->deliver_lock);
+    free(m);
+    return OPAL_SUCCESS;
+}
+
+/* The transport's receive callback (its lock held: no transport call here). */
+static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len)
+{
+    mca_btl_oib_module_t *m = ctx;
+    mca_btl_oib_rx_t *rx = malloc(sizeof *rx + len);
+    if (NULL == rx) {
+        opal_output(0, "btl: oib: out of memory for a message of %zu bytes from rank %u", len,
+                    src);
+        return;
+    }
+    rx->next = NULL;
+    rx->src = src;
+    rx->tag = tag;
+    rx->len = len;
+    if (len > 0) {
+        memcpy(rx->data, data, len);
+    }
+    pthread_mutex_lock(&m->rx_lock);
+    if (NULL == m->rx_tail) {
+        m->rx_head = rx;
+    } else {
+        m->rx_tail->next = rx;
+    }
+    m->rx_tail = rx;
+    pthread_mutex_unlock(&m->rx_lock);
+}
+
+/* Hands the queued messages to the upper layer, oldest first, one thread at a time. */
+static int deliver(mca_btl_oib_module_t *m)
+{
+    int count = 0;
+    if (0 != pthread_mutex_trylock(&m->deliver_lock)) {
+        return 0; /* another thread (or this one, further up the stack) delivers */
+    }
+    for (;;) {
+        pthread_mutex_lock(&m->rx_lock);
+        mca_btl_oib_rx_t *rx = m->rx_head;
+        if (NULL != rx) {
+            m->rx_head = rx->next;
+            if (NULL == m->rx_head) {
+                m->rx_tail = NULL;
+            }
+        }
+        pthread_mutex_unlock(&m->rx_lock);
+        if (NULL == rx) {
+            break;
+        }
+        const mca_btl_active_message_callback_t *reg = mca_btl_base_active_message_trigger
+                                                       + rx->tag;
+        if (NULL != reg->cbfunc) {
+            mca_btl_base_segment_t seg = {.seg_addr.pval = rx->data, .seg_len = rx->len};
+            mca_btl_base_descriptor_t des;
+            memset(&des, 0, sizeof des);
+            des.des_segments = &seg;
+            des.des_segment_count = 1;
+            reg->cbfunc(&m->super, rx->tag, &des, reg->cbdata);
+        } else {
+            opal_output_verbose(1, OIB_OUT, "btl: oib: message with tag %u from rank %u has no "
+                                "receiver; dropped", rx->tag, rx->src);
+        }
+        free(rx);
+        count++;
+    }
+    pthread_mutex_unlock(&m->deliver_lock);
+    return count;
+}
+
+int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
+{
+    int count = 0;
+    int rc = openib_progress(m->t);
+    if (rc > 0) {
+        count += rc;
+    }
+    openib_completion_t c;
+    while (1 == openib_poll_completion(m->t, &c)) {
+        mca_btl_oib_frag_t *frag = sends_take(m, c.token);
+        if (NULL == frag) {
+            continue; /* not a send of ours (none other is made yet) */
+        }
+        int status = opal_code(c.status);
+        if (OPAL_SUCCESS != status) {
+            opal_output_verbose(1, OIB_OUT, "btl: oib: send to rank %u failed: %s", c.peer,
+                                openib_strerror(c.status));
+            if (NULL != m->error_cb && NULL != frag->endpoint) {
+                m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, frag->endpoint->proc,
+                            "oib: send failed");
+            }
+        }
+        uint32_t flags = frag->base.des_flags;
+        if (NULL != frag->base.des_cbfunc) {
+            frag->base.des_cbfunc(&m->super, frag->endpoint, &frag->base, status);
+        }
+        if (flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) {
+            opal_free_list_return(&m->frags, &frag->base.super);
+        }
+        count++;
+    }
+    count += deliver(m);
+    return count;
+}
+
+mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
+{
+    int rank = openib_rank(t), size = openib_size(t), eager = openib_eager_limit(t);
+    opal_process_name_t me = OPAL_PROC_MY_NAME;
+
+    if (rank < 0 || size <= 0 || eager <= 0 || (uint32_t) rank != me.vpid) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: the transport's rank %d of %d "
+                            "is not this process's rank %u in the job", rank, size, me.vpid);
+        (void) openib_close(t);
+        return NULL;
+    }
+    mca_btl_oib_module_t *m = calloc(1, sizeof *m);
+    mca_btl_base_endpoint_t **eps = calloc((size_t) size, sizeof *eps);
+    if (NULL == m || NULL == eps) {
+        free(m);
+        free(eps);
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: out of memory");
+        (void) openib_close(t);
+        return NULL;
+    }
+    m->super = mca_btl_oib_module_defaults;
+    m->super.btl_component = &mca_btl_oib_component.super;
+    /* openib_sendi takes up to the transport's eager limit; eager sends stay within it. */
+    if (m->super.btl_eager_limit > (size_t) eager) {
+        m->super.btl_eager_limit = (size_t) eager;
+    }
+    if (m->super.btl_rndv_eager_limit > m->super.btl_eager_limit) {
+        m->super.btl_rndv_eager_limit = m->super.btl_eager_limit;
+    }
+    if (m->super.btl_max_send_size < m->super.btl_eager_limit) {
+        m->super.btl_max_send_size = m->super.btl_eager_limit;
+    }
+    /* Only the send path for now: no put/get, no registration (docs/OMPI.md). */
+    m->super.btl_flags &= MCA_BTL_FLAGS_SEND;
+    m->super.btl_flags |= MCA_BTL_FLAGS_SEND;
+    m->super.btl_registration_handle_size = 0;
+    m->super.btl_add_procs = oib_add_procs;
+    m->super.btl_del_procs = oib_del_procs;
+    m->super.btl_finalize = oib_finalize;
+    m->super.btl_alloc = oib_alloc;
+    m->super.btl_free = oib_free;
+    m->super.btl_prepare_src = oib_prepare_src;
+    m->super.btl_send = oib_send;
+    m->super.btl_sendi = oib_sendi;
+    m->super.btl_dump = oib_dump;
+    m->super.btl_register_error = oib_register_error;
+    m->t = t;
+    m->rank = (uint32_t) rank;
+    m->size = (uint32_t) size;
+    m->endpoints = eps;
+    pthread_mutex_init(&m->send_lock, NULL);
+    pthread_mutex_init(&m->rx_lock, NULL);
+    pthread_mutex_init(&m->deliver_lock, NULL);
+    OBJ_CONSTRUCT(&m->frags, opal_free_list_t);
+    int rc = opal_free_list_init(&m->frags, sizeof(mca_btl_oib_frag_t), opal_cache_line_size,
+                                 OBJ_CLASS(mca_btl_oib_frag_t), m->super.btl_max_send_size,
+                                 opal_cache_line_size, 16, -1, 32, NULL, 0, NULL, NULL, NULL);
+    if (OPAL_SUCCESS != rc) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: no descriptor free list (%d)", rc);
+        (void) oib_finalize(&m->super);
+        return NULL;
+    }
+    for (int tag = 1; tag <= 255; tag++) {
+        rc = openib_set_handler(t, (uint8_t) tag, on_message, m);
+        if (OPENIB_OK != rc) {
+            opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", openib_last_error());
+            (void) oib_finalize(&m->super);
+            return NULL;
+        }
+    }
+    return m;
+}

@@ -1,0 +1,121 @@
+//! Shared by the tests of the Open MPI component `oib` (tests/ompi_oib.rs on the host,
+//! tests/softroce_ompi_oib.rs in the SoftRoCE guest): building it with scripts/build-oib, the
+//! MPI test program, and a clean environment for Open MPI's commands.
+#![allow(dead_code)]
+
+use crate::prereq::Unmet;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+pub fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn runs(prog: &str, arg: &str) -> bool {
+    Command::new(prog)
+        .arg(arg)
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// What the component's build needs, as the script checks it (mpicc, btl.h in its includes).
+pub fn have_ompi_dev() -> Result<(), Unmet> {
+    let missing = |why: &str| Unmet::Missing(format!("{why} (install libopenmpi-dev)"));
+    let o = Command::new("mpicc")
+        .arg("--showme:incdirs")
+        .output()
+        .map_err(|e| missing(&format!("mpicc cannot run: {e}")))?;
+    if !o.status.success() {
+        return Err(missing("mpicc --showme:incdirs failed"));
+    }
+    let dirs = String::from_utf8_lossy(&o.stdout).to_string();
+    if !dirs
+        .split_whitespace()
+        .any(|d| Path::new(d).join("opal/mca/btl/btl.h").is_file())
+    {
+        return Err(missing(&format!(
+            "Open MPI's opal/mca/btl/btl.h is not in {}",
+            dirs.trim()
+        )));
+    }
+    Ok(())
+}
+
+/// `scripts/build-oib`'s mca_btl_oib.so, built once for every test of this file.
+pub fn component() -> Result<PathBuf, Unmet> {
+    static SO: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
+    SO.get_or_init(|| {
+        have_ompi_dev()?;
+        let o = Command::new(root().join("scripts/build-oib"))
+            .arg("--quiet")
+            .output()
+            .map_err(|e| Unmet::Broken(format!("scripts/build-oib cannot run: {e}")))?;
+        let out = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        if !o.status.success() || out.is_empty() {
+            return Err(Unmet::Broken(format!(
+                "scripts/build-oib failed ({:?}): {}{}",
+                o.status,
+                out,
+                String::from_utf8_lossy(&o.stderr)
+            )));
+        }
+        Ok(PathBuf::from(out))
+    })
+    .clone()
+}
+
+/// A command with the environment of a clean job: no inherited OPENIB_/PMIX_/OMPI_ variable,
+/// root allowed, and the component's directory before Open MPI's own.
+pub fn ompi_cmd(prog: &str, so: &Path) -> Command {
+    let mut c = Command::new(prog);
+    for (k, _) in std::env::vars() {
+        if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {
+            c.env_remove(k);
+        }
+    }
+    let dir = so.parent().expect("the .so has a directory");
+    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        .env(
+            "OMPI_MCA_mca_base_component_path",
+            format!("{}:SYS_DEFAULT", dir.display()),
+        );
+    c
+}
+
+pub fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).to_string(),
+        String::from_utf8_lossy(&o.stderr).to_string(),
+    )
+}
+
+/// tests/c/ompi_hello.c compiled with mpicc into cargo's scratch directory for tests (under
+/// target/, which the SoftRoCE guest sees; its /tmp is its own).
+pub fn hello() -> Result<PathBuf, Unmet> {
+    static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
+    EXE.get_or_init(|| {
+        have_ompi_dev()?;
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
+        std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
+        let exe = dir.join("ompi_hello");
+        // Compiled under this process's name, then renamed: test binaries may run at once.
+        let tmp = dir.join(format!("ompi_hello.{}", std::process::id()));
+        let o = Command::new("mpicc")
+            .args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+            .arg(&tmp)
+            .arg(root().join("tests/c/ompi_hello.c"))
+            .output()
+            .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+        if !o.status.success() {
+            let (out, err) = text(&o);
+            return Err(Unmet::Broken(format!(
+                "mpicc tests/c/ompi_hello.c failed: {out}{err}"
+            )));
+        }
+        std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
+        Ok(exe)
+    })
+    .clone()
+}

@@ -13,6 +13,10 @@
 
 #[path = "softroce/harness.rs"]
 mod harness;
+#[path = "common/prereq.rs"]
+mod prereq;
+#[path = "common/slurm.rs"]
+mod slurm;
 #[path = "capi/support.rs"]
 mod support;
 
@@ -32,7 +36,7 @@ fn placement(text: &str) -> BTreeMap<u32, String> {
 
 #[test]
 fn ping_bench_and_the_c_abi_under_srun_on_one_and_two_nodes() {
-    if harness::skip_guest("softroce_slurm") {
+    if harness::skip_guest("softroce_slurm") || prereq::require(slurm::installed()).is_none() {
         return;
     }
     let exe = support::compile_linked("exchange");

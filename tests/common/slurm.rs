@@ -34,18 +34,24 @@ fn found(program: &str) -> bool {
     in_path || Path::new("/usr/sbin").join(program).is_file()
 }
 
-fn start() -> Result<Cluster, Unmet> {
+/// `Err(Unmet::Missing)` naming what is not installed of Slurm and munge.
+pub fn installed() -> Result<(), Unmet> {
     let missing: Vec<&str> = ["srun", "sinfo", "slurmctld", "slurmd", "munged", "mungekey"]
         .into_iter()
         .filter(|p| !found(p))
         .collect();
-    if !missing.is_empty() {
-        return Err(Unmet::Missing(format!(
-            "Slurm is not installed ({} not found; scripts/setup installs slurmd slurmctld \
-             slurm-client munge)",
-            missing.join(", ")
-        )));
+    if missing.is_empty() {
+        return Ok(());
     }
+    Err(Unmet::Missing(format!(
+        "Slurm is not installed ({} not found; scripts/setup installs slurmd slurmctld \
+         slurm-client munge)",
+        missing.join(", ")
+    )))
+}
+
+fn start() -> Result<Cluster, Unmet> {
+    installed()?;
     let uid = Command::new("id")
         .arg("-u")
         .output()

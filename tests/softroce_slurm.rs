@@ -13,13 +13,12 @@
 
 #[path = "softroce/harness.rs"]
 mod harness;
-#[path = "common/prereq.rs"]
-mod prereq;
 #[path = "common/slurm.rs"]
 mod slurm;
 #[path = "capi/support.rs"]
 mod support;
 
+use harness::prereq;
 use serde_json::Value;
 use std::collections::BTreeMap;
 

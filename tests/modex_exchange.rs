@@ -2,45 +2,11 @@
 //! emulated nodes, and alone. Every rank checks every peer's per-process parts itself (the
 //! command exits non-zero otherwise); rank 0's JSON is checked here against the fixtures.
 
-use serde_json::Value;
-use std::collections::BTreeSet;
-use std::process::{Command, Output};
+#[path = "common/exchange.rs"]
+mod exchange;
 
-fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_openib")
-}
-
-fn fixture(name: &str) -> String {
-    format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"))
-}
-
-fn clean(c: &mut Command) -> &mut Command {
-    for (k, _) in std::env::vars() {
-        if k.starts_with("OPENIB_") || k.starts_with("PMIX_") || k.starts_with("OMPI_") {
-            c.env_remove(k);
-        }
-    }
-    c.env("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-}
-
-fn run(c: &mut Command) -> Output {
-    let o = clean(c).output().expect("start");
-    assert!(
-        o.status.success(),
-        "{:?} failed ({:?})\nstdout: {}\nstderr: {}",
-        c,
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
-
-fn doc(o: &Output) -> Value {
-    serde_json::from_slice(&o.stdout)
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&o.stdout)))
-}
+use exchange::{bin, check_peers, clean, doc, expected, fixture, peer_ports, run};
+use std::process::Command;
 
 fn have_mpirun() -> bool {
     Command::new("mpirun")
@@ -49,90 +15,12 @@ fn have_mpirun() -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-/// The usable ports and CPC names a fixture gives, as `openib ports --json` derives them.
-fn expected(fix: &str, include: Option<&str>) -> (Vec<String>, BTreeSet<String>) {
-    let mut c = Command::new(bin());
-    c.args(["ports", "--json", "--fixture", fix]);
-    if let Some(i) = include {
-        c.args(["--include", i]);
-    }
-    let v = doc(&run(&mut c));
-    let mut ports = Vec::new();
-    let mut cpcs = BTreeSet::new();
-    for p in v["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|p| p["usable"] == true)
-    {
-        ports.push(p["name"].as_str().unwrap().to_string());
-        for c in p["cpcs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|c| c["usable"] == true)
-        {
-            cpcs.insert(c["name"].as_str().unwrap().to_string());
-        }
-    }
-    (ports, cpcs)
-}
-
-fn check_peers(v: &Value, size: usize, nodes: usize) {
-    assert_eq!(v["size"], size as u64, "{v}");
-    let peers = v["peers"].as_array().unwrap();
-    assert_eq!(peers.len(), size);
-    let leaders: Vec<u64> = peers
-        .iter()
-        .filter(|p| p["leader"] == true)
-        .map(|p| p["rank"].as_u64().unwrap())
-        .collect();
-    assert_eq!(leaders.len(), nodes, "one leader per node: {leaders:?}");
-    let node_names: BTreeSet<&str> = peers.iter().map(|p| p["node"].as_str().unwrap()).collect();
-    assert_eq!(node_names.len(), nodes);
-    for p in peers {
-        let put = p["put_bytes"].as_u64().unwrap();
-        assert!(
-            put > 0 || size == 1 || peers.iter().filter(|q| q["node"] == p["node"]).count() == 1,
-            "{p}"
-        );
-        if p["leader"] == true {
-            // Leaders put the node blob; others only their proc blob (smaller).
-            for q in peers
-                .iter()
-                .filter(|q| q["node"] == p["node"] && q["leader"] == false)
-            {
-                assert!(put > q["put_bytes"].as_u64().unwrap(), "leader {p} vs {q}");
-            }
-        }
-    }
-}
-
-fn peer_ports(v: &Value, rank: usize) -> Vec<String> {
-    v["peers"][rank]["ports"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap().to_string())
-        .collect()
-}
-
-fn peer_cpcs(v: &Value, rank: usize) -> BTreeSet<String> {
-    v["peers"][rank]["cpcs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|x| x.as_str().unwrap().to_string())
-        .collect()
-}
-
 #[test]
 fn mpirun_np8_every_mode_rebuilds_every_peer() {
     if !have_mpirun() {
         panic!("mpirun is not installed (scripts/setup installs openmpi-bin)");
     }
     let fix = fixture("ib-dual-port.json");
-    let (ports, cpcs) = expected(&fix, None);
     for mode in ["gathered", "per-process", "on-demand"] {
         let o = run(Command::new("mpirun").args([
             "--oversubscribe",
@@ -147,14 +35,7 @@ fn mpirun_np8_every_mode_rebuilds_every_peer() {
             "--mode",
             mode,
         ]));
-        let v = doc(&o);
-        assert_eq!(v["backend"], "pmix");
-        assert_eq!(v["mode"], mode);
-        check_peers(&v, 8, 1);
-        for r in 0..8 {
-            assert_eq!(peer_ports(&v, r), ports, "rank {r} in {mode}");
-            assert_eq!(peer_cpcs(&v, r), cpcs, "rank {r} in {mode}");
-        }
+        exchange::check_pmix_run(&doc(&o), &fix, mode, 8, 1);
     }
 }
 

@@ -4,13 +4,16 @@
 
 use openib::config::{find, FAULT_POINTS, SETTINGS};
 
-/// Names that look like settings but are not: the test harness's knobs (docs/SOFTROCE.md)
-/// and a placeholder in a doc comment.
+/// Names that look like settings but are not: the test harness's and scripts/slurm's knobs
+/// (docs/SOFTROCE.md, docs/RUNTIME.md) and a placeholder in a doc comment.
 fn not_a_setting(name: &str) -> bool {
     name == "OPENIB_SKIP_GUEST"
         || name == "OPENIB_FUZZ_SECONDS"
         || name == "OPENIB_NAME"
         || name.starts_with("OPENIB_GUEST")
+        // scripts/slurm's directory and the munge socket it prints (docs/RUNTIME.md, "Slurm").
+        || name == "OPENIB_SLURM_DIR"
+        || name == "OPENIB_SLURM_MUNGE_SOCKET"
         // scripts/compare's binary (for the whole run, or per variant).
         || name == "OPENIB_BIN"
         // scripts/test's default (no fault injection) build, for tests/fault_feature.rs.

@@ -1,5 +1,6 @@
 //! The fail-stop cases of the modex exchange (issue 7), shared by tests/modex_fault.rs (the
-//! embedded runtime under `openib run`) and tests/pmix_faults.rs (the PMIx test server): 8 ranks
+//! embedded runtime under `openib run`), tests/pmix_faults.rs (the PMIx test server) and, the
+//! launcher and the kill points, tests/slurm.rs (srun, where a death ends the step): 8 ranks
 //! of `openib modex exchange --json` with `OPENIB_FAULT=<point>:<victims>`, one or two victims,
 //! [`RUNS`] runs (the victims rotate, rank 0 among them). What differs between the launchers
 //! (how a run starts, how it reports each rank's end, what else its JSON promises) is a

@@ -1,5 +1,5 @@
 //! The victims of the fail-stop tests (tests/common/fault_cases.rs, for tests/modex_fault.rs and
-//! tests/pmix_faults.rs; tests/softroce_faults.rs).
+//! tests/pmix_faults.rs and tests/slurm.rs; tests/softroce_faults.rs).
 
 /// One victim set per run: every rank in turn (0, the first root and node leader, included),
 /// and pairs of ranks next to each other, apart, and with rank 0.

@@ -19,7 +19,7 @@
 #![allow(dead_code)]
 
 #[path = "../common/prereq.rs"]
-pub(crate) mod prereq;
+pub mod prereq;
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};

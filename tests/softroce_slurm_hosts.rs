@@ -1,0 +1,248 @@
+//! Two hosts for real: two SoftRoCE guests joined by qemu's UDP socket network (`--net udp:`),
+//! each with its own rxe0 on its own eth0 (10.77.0.1 and 10.77.0.2), one Slurm cluster across
+//! them (`scripts/slurm up --hosts node1=...,node2=... --key FILE` in each: slurmctld and a
+//! slurmd in the first, a slurmd in the second, one munge key made here for both). In the
+//! first guest, `srun --mpi=pmix -N 2 -n 2` (one rank per host): `openib ping` through each
+//! CPC (udcm, oob, rdmacm: address handles from the remote GID, rdmacm resolving the remote
+//! address, oob's side channel across hosts), `openib bench`, a short `openib stress` and the
+//! C ABI example `tests/c/exchange.c`, every rank saying which host it ran on. Timings are
+//! printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
+//!
+//! The second guest keeps its slurmd up until the first guest's controller has not answered
+//! three times in a row (each `sinfo` bounded to 10 s; at most its guest timeout). Every srun is bounded (`--immediate`, `--wait`, `timeout`).
+
+#[path = "softroce/harness.rs"]
+mod harness;
+#[path = "common/slurm.rs"]
+mod slurm;
+#[path = "capi/support.rs"]
+mod support;
+
+use harness::prereq;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::net::UdpSocket;
+use std::path::PathBuf;
+use std::process::Command;
+
+const HOSTS: &str = "node1=10.77.0.1,node2=10.77.0.2";
+
+/// The node each rank says Slurm put it on (`slurm: rank R on NODE` lines).
+fn placement(text: &str) -> BTreeMap<u32, String> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("slurm: rank "))
+        .filter_map(|l| {
+            let (r, node) = l.split_once(" on ")?;
+            Some((r.trim().parse().ok()?, node.trim().to_string()))
+        })
+        .collect()
+}
+
+/// Two UDP ports free on the host's loopback right now.
+fn two_udp_ports() -> (u16, u16) {
+    let a = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port");
+    let b = UdpSocket::bind("127.0.0.1:0").expect("bind a UDP port");
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
+}
+
+/// A fresh munge key for both guests, under the target directory (which they see read-only).
+fn munge_key() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_BIN_EXE_openib"))
+        .parent()
+        .and_then(|p| p.parent())
+        .expect("<target>")
+        .join("slurm-hosts");
+    std::fs::create_dir_all(&dir).expect("create the key's directory");
+    let key = dir.join("munge.key");
+    let o = Command::new("mungekey")
+        .args(["--create", "--force", "--keyfile"])
+        .arg(&key)
+        .output()
+        .or_else(|_| {
+            Command::new("/usr/sbin/mungekey")
+                .args(["--create", "--force", "--keyfile"])
+                .arg(&key)
+                .output()
+        })
+        .expect("run mungekey");
+    assert!(o.status.success(), "mungekey: {o:?}");
+    key
+}
+
+#[test]
+fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
+    if harness::skip_guest("softroce_slurm_hosts") || prereq::require(slurm::installed()).is_none()
+    {
+        return;
+    }
+    let exe = support::compile_linked("exchange");
+    let dir = exe.parent().expect("dir").display().to_string();
+    let b = env!("CARGO_BIN_EXE_openib");
+    let s = format!("{}/scripts/slurm", env!("CARGO_MANIFEST_DIR"));
+    let key = munge_key().display().to_string();
+    let up = format!("{s} up --hosts {HOSTS} --key {key} --dir /tmp/slurm --wait 400");
+    let mut first = format!(
+        "echo '=== up'; {up} >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
+         . /tmp/slurm.env\n\
+         cat {b} {dir}/exchange {dir}/../libopenib.so >/dev/null\n\
+         on() {{ timeout 400 srun --mpi=pmix -N 2 -n 2 --ntasks-per-node 1 --immediate=120 --wait=120 --kill-on-bad-exit=1 \
+            sh -c 'echo \"slurm: rank $SLURM_PROCID on $SLURMD_NODENAME\" >&2; exec \"$@\"' sh \"$@\"; }}\n"
+    );
+    let runs: Vec<(String, String)> = [
+        (
+            "ping-udcm",
+            format!("OPENIB_CPC_INCLUDE=udcm on {b} ping --timeout 120 --json"),
+        ),
+        (
+            "ping-oob",
+            format!("OPENIB_CPC_INCLUDE=oob on {b} ping --timeout 120 --json"),
+        ),
+        (
+            "ping-rdmacm",
+            format!("OPENIB_CPC_INCLUDE=rdmacm on {b} ping --timeout 120 --json"),
+        ),
+        (
+            "bench",
+            format!("on {b} bench --json --iters 10 --sizes 8,65536,1048576"),
+        ),
+        (
+            "stress",
+            format!(
+                "on {b} stress --json --check-resources --messages 200 --max-size 262144 \
+                 --threads 2 --puts 10 --atomics 10 --seed 21"
+            ),
+        ),
+        ("capi", format!("(cd {dir} && on ./exchange 100)")),
+    ]
+    .into_iter()
+    .map(|(n, c)| (n.to_string(), c))
+    .collect();
+    for (name, cmd) in &runs {
+        first.push_str(&format!(
+            "echo '=== {name}'; {cmd} 2>/tmp/err || echo FAILED; echo '=== {name}-err'; cat /tmp/err\n"
+        ));
+    }
+    first.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"));
+    // The second host: its slurmd, while the first host's controller answers.
+    let second = format!(
+        "echo '=== up'; {up} >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; tail -n 20 /tmp/slurm/log/*; exit 1; }}\n\
+         . /tmp/slurm.env\n\
+         cat {b} {dir}/exchange {dir}/../libopenib.so >/dev/null\n\
+         misses=0; while [ $misses -lt 3 ] && [ $SECONDS -lt 1100 ]; do if timeout 10 sinfo -h >/dev/null 2>&1; then misses=0; else misses=$((misses + 1)); fi; sleep 5; done\n\
+         echo \"=== waited\"; echo \"$SECONDS s\"; tail -n 30 /tmp/slurm/log/*\n\
+         {s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"
+    );
+    let (p1, p2) = two_udp_ports();
+    let guest = |net: String, ip: &str, name: &str, peer: &str, script: String| {
+        let (ip, name, peer) = (ip.to_string(), name.to_string(), peer.to_string());
+        std::thread::spawn(move || {
+            let args = [
+                "--timeout",
+                "1200",
+                "--net",
+                &net,
+                "--ip",
+                &ip,
+                "--hostname",
+                &name,
+                "--add-host",
+                &peer,
+            ];
+            harness::guest_run(&args, &["bash", "-c", &script])
+        })
+    };
+    let g1 = guest(
+        format!("udp:{p1}:{p2}"),
+        "10.77.0.1/24",
+        "node1",
+        "node2=10.77.0.2",
+        first,
+    );
+    let g2 = guest(
+        format!("udp:{p2}:{p1}"),
+        "10.77.0.2/24",
+        "node2",
+        "node1=10.77.0.1",
+        second,
+    );
+    let (o1, o2) = (g1.join().expect("guest 1"), g2.join().expect("guest 2"));
+    let (out, out2) = (harness::stdout(&o1), harness::stdout(&o2));
+    let all = format!(
+        "--- node1 ---\n{out}\n{}\n--- node2 ---\n{out2}\n{}",
+        harness::stderr(&o1),
+        harness::stderr(&o2)
+    );
+    assert!(o1.status.success() && o2.status.success(), "{all}");
+    for o in [&out, &out2] {
+        let up = harness::section(o, "up").unwrap_or_else(|| panic!("no up: {all}"));
+        assert!(!up.contains("FAILED"), "scripts/slurm up --hosts: {all}");
+    }
+    let sec = |n: &str| harness::section(&out, n).unwrap_or_else(|| panic!("no {n}: {all}"));
+    for (name, _) in &runs {
+        let (text, err) = (sec(name), sec(&format!("{name}-err")));
+        let ctx = format!("{name}:\n{text}\nstderr:\n{err}\n--- node2 ---\n{out2}");
+        assert!(!text.contains("FAILED"), "{ctx}");
+        // One rank on each host.
+        let want: BTreeMap<u32, String> = [(0, "node1".into()), (1, "node2".into())].into();
+        assert_eq!(placement(&err), want, "{ctx}");
+        if let Some(cpc) = name.strip_prefix("ping-") {
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON ({e}): {ctx}"));
+            assert_eq!(v["size"], 2, "{ctx}");
+            let pairs = v["pairs"].as_array().unwrap();
+            assert_eq!(pairs.len(), 1, "{ctx}");
+            assert_eq!(pairs[0]["ok"], true, "{ctx}");
+            assert_eq!(pairs[0]["cpc"], cpc, "{ctx}");
+            eprintln!("{name}: connected in {} us", pairs[0]["connect_us"]);
+        } else if name == "bench" {
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|e| panic!("not one JSON ({e}): {ctx}"));
+            let rows = v["results"].as_array().unwrap();
+            let sizes: Vec<u64> = rows.iter().map(|r| r["size"].as_u64().unwrap()).collect();
+            assert_eq!(sizes, [8, 65536, 1048576], "{ctx}");
+            for r in rows {
+                assert!(
+                    r["latency_us"].as_f64().unwrap() > 0.0
+                        && r["bandwidth_mb_s"].as_f64().unwrap() > 0.0,
+                    "{r}: {ctx}"
+                );
+                eprintln!(
+                    "bench across hosts: {} B: {:.0} us, {:.2} MB/s",
+                    r["size"],
+                    r["latency_us"].as_f64().unwrap(),
+                    r["bandwidth_mb_s"].as_f64().unwrap()
+                );
+            }
+        } else if name == "stress" {
+            let lines: Vec<Value> = text
+                .lines()
+                .filter(|l| l.starts_with('{'))
+                .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("({e}): {ctx}")))
+                .collect();
+            assert_eq!(lines.len(), 2, "one line per rank: {ctx}");
+            let mut received = 0;
+            for v in &lines {
+                assert_eq!(v["ok"], true, "{v}");
+                received += v["received"].as_u64().unwrap();
+                for kind in ["qp", "mr", "cq", "pd"] {
+                    assert_eq!(v["resources_left"][kind], 0, "{kind} left: {v}");
+                }
+            }
+            assert_eq!(received, 400, "{ctx}");
+            eprintln!("stress across hosts: ok");
+        } else {
+            for rank in 0..2 {
+                let want = format!("exchange: rank {rank} ok: 100 messages each way (");
+                let line = text
+                    .lines()
+                    .find(|l| l.starts_with(&want))
+                    .unwrap_or_else(|| panic!("no summary of rank {rank}: {ctx}"));
+                assert!(line.ends_with("peer ok"), "{line}");
+            }
+            eprintln!("capi across hosts: both ranks ok");
+        }
+    }
+}

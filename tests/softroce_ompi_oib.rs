@@ -24,12 +24,20 @@ fn mpirun_self_oib_exchanges_checked_messages_with_2_3_and_4_ranks() {
     };
     let dir = so.parent().expect("dir").display().to_string();
     // np2-lazy: connections made on first use (both ranks send first in the ring of two);
-    // np3, np4: connected in btl_init (btl_oib_connect_at_init, the default), without which a
-    // ring of 3 hangs (a higher rank cannot start a connection yet: docs/OMPI.md).
-    let cases: [(&str, u32, &str); 3] = [
+    // np3, np4: connected in btl_init (btl_oib_connect_at_init, the default);
+    // np3-lazy, np3-lazy-oob: a ring of 3 connected on first use, where rank 2's first message
+    // goes to rank 0 before rank 0 sends to it: the higher rank starts the connection (udcm,
+    // oob). Before Wireup::connect_to_send it hung (the lower rank alone started connections).
+    let cases: [(&str, u32, &str); 5] = [
         ("np2-lazy", 2, "--mca btl_oib_connect_at_init 0"),
         ("np3", 3, ""),
         ("np4", 4, ""),
+        ("np3-lazy", 3, "--mca btl_oib_connect_at_init 0"),
+        (
+            "np3-lazy-oob",
+            3,
+            "--mca btl_oib_connect_at_init 0 --mca btl_oib_cpc_include oob",
+        ),
     ];
     let mut script = format!("export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n");
     for (name, n, extra) in cases {

@@ -531,7 +531,7 @@ impl Transport {
         if ep.state == EndpointState::Idle {
             ep.state = EndpointState::Connecting;
             self.connecting += 1;
-            self.w.connect(peer, Instant::now());
+            self.w.connect_to_send(peer, Instant::now());
         }
         Ok(self.eps.get_mut(&peer).expect("checked"))
     }

@@ -331,6 +331,24 @@ impl Wireup {
         if self.me > peer {
             return;
         }
+        self.start(peer, now);
+    }
+
+    /// Starts connecting to `peer` because this process has something to send to it: as
+    /// [`Wireup::connect`], and from the higher rank of a pair too when the planned CPC's
+    /// handshake is symmetric (udcm, oob: either side may start, and a simultaneous start
+    /// ends in one connection, `openib_cpc::handshake`). Otherwise a higher rank's first
+    /// message to a lower rank that never sends to it would wait forever. rdmacm is still
+    /// started by the lower rank only (docs/TRANSPORT.md, "Limits").
+    pub fn connect_to_send(&mut self, peer: u32, now: Instant) {
+        let symmetric = matches!(self.plans.get(&peer), Some(Ok(CpcId::Udcm | CpcId::Oob)));
+        if self.me > peer && !symmetric {
+            return;
+        }
+        self.start(peer, now);
+    }
+
+    fn start(&mut self, peer: u32, now: Instant) {
         let svc = &mut self.services;
         match self.plans.get(&peer) {
             Some(Ok(CpcId::Udcm)) => svc.udcm.as_mut().expect("planned").connect(peer, 0, now),

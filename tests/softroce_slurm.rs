@@ -111,14 +111,7 @@ fn ping_bench_and_the_c_abi_under_srun_on_one_and_two_nodes() {
                     }
                 }
                 _ => {
-                    for rank in 0..2 {
-                        let want = format!("exchange: rank {rank} ok: 100 messages each way (");
-                        let line = text
-                            .lines()
-                            .find(|l| l.starts_with(&want))
-                            .unwrap_or_else(|| panic!("no summary of rank {rank}: {ctx}"));
-                        assert!(line.ends_with("peer ok"), "{line}");
-                    }
+                    support::assert_exchange_ok(&text, 100, &ctx);
                     eprintln!("{name}: both ranks ok");
                 }
             }

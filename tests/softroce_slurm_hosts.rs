@@ -234,14 +234,7 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             assert_eq!(received, 400, "{ctx}");
             eprintln!("stress across hosts: ok");
         } else {
-            for rank in 0..2 {
-                let want = format!("exchange: rank {rank} ok: 100 messages each way (");
-                let line = text
-                    .lines()
-                    .find(|l| l.starts_with(&want))
-                    .unwrap_or_else(|| panic!("no summary of rank {rank}: {ctx}"));
-                assert!(line.ends_with("peer ok"), "{line}");
-            }
+            support::assert_exchange_ok(&text, 100, &ctx);
             eprintln!("capi across hosts: both ranks ok");
         }
     }

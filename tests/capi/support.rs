@@ -203,3 +203,16 @@ pub fn exported_functions(lib: &Path) -> BTreeSet<String> {
         })
         .collect()
 }
+
+/// Asserts that both ranks of a `tests/c/exchange.c` run printed their summary for `n`
+/// messages each way and that each checked its peer (`ctx`: what to print on failure).
+pub fn assert_exchange_ok(text: &str, n: u32, ctx: &str) {
+    for rank in 0..2 {
+        let want = format!("exchange: rank {rank} ok: {n} messages each way (");
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&want))
+            .unwrap_or_else(|| panic!("no summary of rank {rank}: {ctx}"));
+        assert!(line.ends_with("peer ok"), "{line}");
+    }
+}

@@ -19,9 +19,17 @@
  * - Any thread may call any function. A handle serialises its calls with one lock: several
  *   threads may send, put, get and progress on one handle at once.
  * - Receive callbacks run inside openib_progress (and openib_flush, openib_connect_all) on the
- *   calling thread, WITH THE HANDLE'S LOCK HELD. A callback must not call a function on the same
- *   handle (it gets OPENIB_ERR_REENTRANT); it may copy the data, record work for later, or use
- *   another handle. openib_rank, openib_size, openib_eager_limit, openib_mem_ptr,
+ *   calling thread, WITH THE HANDLE'S LOCK HELD (other threads' calls wait for it). A callback
+ *   may call the same handle on its own thread: openib_send, openib_send_mem,
+ *   openib_send_nocopy, openib_sendi, openib_put, openib_get, the atomics, openib_mem_alloc,
+ *   openib_set_handler and openib_del_procs work as anywhere else (an MPI layer answers a
+ *   rendezvous from its callback); openib_progress returns 0 at once (the messages behind this
+ *   one wait for the progress call that runs the callback, so one peer's messages never
+ *   overtake a callback still running); openib_flush, openib_connect_all,
+ *   openib_poll_completion and openib_close are refused with OPENIB_ERR_REENTRANT (they wait on
+ *   progress or on the completions the running progress call holds). Completions of calls made
+ *   inside a callback are polled as usual after openib_progress returns.
+ *   openib_rank, openib_size, openib_eager_limit, openib_mem_ptr,
  *   openib_mem_len, openib_mem_remote, openib_last_error and openib_strerror take no lock and
  *   may be called anywhere.
  * - openib_close must not run while another thread still uses the handle.
@@ -52,7 +60,8 @@ enum openib_error {
     OPENIB_ERR_RANGE = -10,          /* offset + len outside a local or remote region */
     OPENIB_ERR_TIMEOUT = -11,        /* flush or connect_all did not finish in time */
     OPENIB_ERR_VERBS = -12,          /* a verbs call failed */
-    OPENIB_ERR_REENTRANT = -13,      /* called from inside the same handle's receive callback */
+    OPENIB_ERR_REENTRANT = -13,      /* a call that cannot run inside the same handle's receive
+                                        callback (flush, connect_all, poll_completion, close) */
     OPENIB_ERR_PANIC = -14,          /* internal bug; the handle can only be closed */
     OPENIB_ERR_OTHER = -15,          /* another transport error (see openib_last_error) */
     OPENIB_ERR_BUSY = -16            /* openib_sendi cannot post now: progress, then retry */
@@ -83,7 +92,8 @@ typedef struct openib_completion_t {
 
 /* Receive callback: a message of `len` bytes with `tag` from rank `src`. `data` is valid only
  * during the call (copy what you keep; do not read it when len is 0). Runs with the handle's
- * lock held: see "Threads" above. Messages from one peer arrive in the order they were sent. */
+ * lock held and may send, put and get on the same handle: see "Threads" above. Messages from
+ * one peer arrive in the order they were sent. */
 typedef void (*openib_recv_cb)(void *ctx, uint32_t src, uint8_t tag, const void *data,
                                size_t len);
 

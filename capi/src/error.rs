@@ -137,6 +137,7 @@ pub(crate) fn code_of(e: &TransportError) -> c_int {
         }
         TransportError::TooLarge { .. } => OPENIB_ERR_TOO_LARGE,
         TransportError::ReservedTag => OPENIB_ERR_INVALID,
+        TransportError::InCallback { .. } => OPENIB_ERR_REENTRANT,
         TransportError::BadPeer { .. } => OPENIB_ERR_BAD_PEER,
         TransportError::Timeout { .. } => OPENIB_ERR_TIMEOUT,
         TransportError::Range { .. } => OPENIB_ERR_RANGE,

@@ -10,7 +10,7 @@ pub struct openib_t {
     pub(crate) size: u32,
     pub(crate) eager_limit: usize,
     /// The thread holding `inner`'s lock (its `thread_mark`), or 0: a call from inside a
-    /// callback is refused instead of deadlocking on the lock.
+    /// callback uses the transport lent to it instead of deadlocking on the lock.
     pub(crate) holder: AtomicUsize,
     pub(crate) inner: Mutex<Inner>,
 }
@@ -30,15 +30,84 @@ impl Inner {
     }
 }
 
-/// The locked transport; clears `holder` before the lock is released.
-pub(crate) struct Locked<'a> {
-    pub(crate) h: &'a openib_t,
-    pub(crate) g: MutexGuard<'a, Inner>,
+/// The transport of a handle, for one call.
+pub(crate) enum Locked<'a> {
+    /// This thread took the handle's lock; `holder` is cleared before it is released.
+    Held {
+        h: &'a openib_t,
+        g: MutexGuard<'a, Inner>,
+    },
+    /// A call from inside a receive callback of this handle on this thread: the transport
+    /// that the progress call running the callback lent to it ([`Lend`]).
+    Lent(&'a mut Transport),
 }
 
 impl Drop for Locked<'_> {
     fn drop(&mut self) {
-        self.h.holder.store(0, Ordering::Release);
+        if let Locked::Held { h, .. } = self {
+            h.holder.store(0, Ordering::Release);
+        }
+    }
+}
+
+impl Locked<'_> {
+    pub(crate) fn t(&mut self) -> &mut Transport {
+        match self {
+            Locked::Held { g, .. } => &mut g.t,
+            Locked::Lent(t) => t,
+        }
+    }
+
+    /// The handle's own state (completions taken, backlog); not from inside a callback,
+    /// where the running progress call holds it: `call` is refused with
+    /// [`OPENIB_ERR_REENTRANT`].
+    pub(crate) fn inner(&mut self, call: &str) -> Result<&mut Inner, Fail> {
+        match self {
+            Locked::Held { g, .. } => Ok(g),
+            Locked::Lent(_) => Err(Fail::new(
+                OPENIB_ERR_REENTRANT,
+                format!(
+                    "{call} cannot run inside a receive callback of the same handle; call it \
+                     after openib_progress returns"
+                ),
+            )),
+        }
+    }
+
+    /// Moves the transport's completions into the handle's queue (inside a callback they
+    /// stay in the transport until the progress call running it gathers them).
+    pub(crate) fn gather(&mut self) {
+        if let Locked::Held { g, .. } = self {
+            g.gather();
+        }
+    }
+}
+
+thread_local! {
+    /// The transport lent by the receive callback running on this thread: (handle id, the
+    /// transport). Null when none runs; callbacks of other handles nest ([`Lend`] restores).
+    static LENT: Cell<(u64, *mut Transport)> = const { Cell::new((0, std::ptr::null_mut())) };
+}
+
+/// Lends a receive callback's transport to the calls the callback makes on the same handle,
+/// for as long as it lives (the callback's duration); restores the earlier loan when dropped,
+/// also when the callback unwinds.
+pub(crate) struct Lend {
+    before: (u64, *mut Transport),
+}
+
+impl Lend {
+    /// `t` must not be used while the loan lives (the calls reach it through the loan).
+    pub(crate) fn new(id: u64, t: &mut Transport) -> Lend {
+        Lend {
+            before: LENT.replace((id, t as *mut Transport)),
+        }
+    }
+}
+
+impl Drop for Lend {
+    fn drop(&mut self) {
+        LENT.set(self.before);
     }
 }
 
@@ -46,11 +115,21 @@ impl openib_t {
     pub(crate) fn lock(&self) -> Result<Locked<'_>, Fail> {
         let me = thread_mark();
         if self.holder.load(Ordering::Acquire) == me {
+            let (id, t) = LENT.get();
+            if id == self.id && !t.is_null() {
+                // SAFETY: `t` was lent by the receive callback of this handle that runs on
+                // this thread now (`Lend`, in openib_set_handler's callback), from the
+                // `&mut Transport` the transport gave that callback; the progress call behind
+                // it does not touch the transport until the callback returns, and the loan
+                // ends before. Calls on this thread run one after another and none of them
+                // runs a callback (progress inside a callback returns at once), so no other
+                // reference made from `t` is alive while this one is.
+                return Ok(Locked::Lent(unsafe { &mut *t }));
+            }
             return Err(Fail::new(
                 OPENIB_ERR_REENTRANT,
-                "called from inside a receive callback of the same handle (its lock is held \
-                 while openib_progress runs callbacks); copy the data and act after \
-                 openib_progress returns",
+                "called on a handle whose lock this thread holds, outside its receive \
+                 callback",
             ));
         }
         let g = self.inner.lock().map_err(|_| {
@@ -60,7 +139,7 @@ impl openib_t {
             )
         })?;
         self.holder.store(me, Ordering::Release);
-        Ok(Locked { h: self, g })
+        Ok(Locked::Held { h: self, g })
     }
 }
 

@@ -29,7 +29,7 @@ use openib_rs::transport::{
 };
 use openib_sys::Region;
 use openib_sys::{ForeignRegion, MemoryRegion};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -159,10 +159,13 @@ pub unsafe extern "C" fn openib_set_handler(
         // Kept as an address: the transport's handlers must be Send, and the caller promised
         // that `ctx` may be used from the threads that progress.
         let ctx = ctx as usize;
+        let id = h.id;
         let mut l = h.lock()?;
-        l.g.t.on_tag(
+        l.t().on_tag_with_transport(
             tag,
-            Box::new(move |src, data: &[u8]| {
+            Box::new(move |t: &mut Transport, src, data: &[u8]| {
+                // The callback's calls on this handle reach `t` through the loan.
+                let _loan = Lend::new(id, t);
                 // SAFETY: the caller of openib_set_handler promised that `cb` may be called
                 // with `ctx`; `data` is valid for `data.len()` bytes during the call.
                 unsafe {
@@ -190,8 +193,8 @@ pub unsafe extern "C" fn openib_progress(t: *mut openib_t) -> c_int {
     call("openib_progress", || {
         // SAFETY: the caller's contract on `t`.
         let mut l = unsafe { handle(t) }?.lock()?;
-        let n = l.g.t.progress()?;
-        l.g.gather();
+        let n = l.t().progress()?;
+        l.gather();
         Ok(to_int(n))
     })
 }
@@ -213,8 +216,8 @@ pub unsafe extern "C" fn openib_poll_completion(
             return Err(null("out"));
         }
         let mut l = h.lock()?;
-        l.g.gather();
-        let Some(c) = l.g.done.pop_front() else {
+        l.gather();
+        let Some(c) = l.inner("openib_poll_completion")?.done.pop_front() else {
             return Ok(0);
         };
         drop(l);
@@ -253,9 +256,10 @@ pub unsafe extern "C" fn openib_flush(t: *mut openib_t, timeout_ms: u32) -> c_in
     call("openib_flush", || {
         // SAFETY: the caller's contract on `t`.
         let mut l = unsafe { handle(t) }?.lock()?;
-        let done = l.g.t.flush(Duration::from_millis(timeout_ms.into()))?;
-        l.g.done.extend(done);
-        l.g.gather();
+        l.inner("openib_flush")?;
+        let done = l.t().flush(Duration::from_millis(timeout_ms.into()))?;
+        l.inner("openib_flush")?.done.extend(done);
+        l.gather();
         Ok(OPENIB_OK)
     })
 }
@@ -269,9 +273,9 @@ pub unsafe extern "C" fn openib_connect_all(t: *mut openib_t, timeout_ms: u32) -
     call("openib_connect_all", || {
         // SAFETY: the caller's contract on `t`.
         let mut l = unsafe { handle(t) }?.lock()?;
-        l.g.t
+        l.t()
             .connect_all(Duration::from_millis(timeout_ms.into()))?;
-        l.g.gather();
+        l.gather();
         Ok(OPENIB_OK)
     })
 }
@@ -293,8 +297,8 @@ pub unsafe extern "C" fn openib_del_procs(t: *mut openib_t, peers: *const u32, n
             return Err(TransportError::BadPeer { peer, size: h.size }.into());
         }
         let mut l = h.lock()?;
-        l.g.t.del_procs(peers);
-        l.g.gather();
+        l.t().del_procs(peers);
+        l.gather();
         Ok(OPENIB_OK)
     })
 }

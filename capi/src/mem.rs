@@ -20,7 +20,7 @@ pub unsafe extern "C" fn openib_mem_alloc(
         if len == 0 {
             return Err(Fail::new(OPENIB_ERR_INVALID, "len is 0"));
         }
-        let mr = h.lock()?.g.t.register(len)?;
+        let mr = h.lock()?.t().register(len)?;
         let m = Box::new(openib_mem_t { owner: h.id, mr });
         // SAFETY: as above.
         unsafe { put_out(out, Box::into_raw(m), "out") }?;

@@ -25,9 +25,9 @@ pub(crate) unsafe fn rdma(
         owned_by(m, h)?;
         let mut l = h.lock()?;
         let token = if write {
-            l.g.t.put(peer, &m.mr, offset, r, roffset, len)?
+            l.t().put(peer, &m.mr, offset, r, roffset, len)?
         } else {
-            l.g.t.get(peer, &m.mr, offset, r, roffset, len)?
+            l.t().get(peer, &m.mr, offset, r, roffset, len)?
         };
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
@@ -122,7 +122,7 @@ pub(crate) unsafe fn atomic(
         // SAFETY: the caller's contract on `t`, `mem` and `remote`.
         let (h, m, r) = unsafe { (handle(t)?, region(mem)?, remote_of(remote)?) };
         owned_by(m, h)?;
-        let token = h.lock()?.g.t.atomic(peer, op, &m.mr, offset, r, roffset)?;
+        let token = h.lock()?.t().atomic(peer, op, &m.mr, offset, r, roffset)?;
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)

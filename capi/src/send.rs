@@ -20,7 +20,7 @@ pub unsafe extern "C" fn openib_send(
     call("openib_send", || {
         // SAFETY: the caller's contract on `t` and `buf`.
         let (h, data) = unsafe { (handle(t)?, bytes(buf, len)?) };
-        let token = h.lock()?.g.t.send(peer, tag, data)?;
+        let token = h.lock()?.t().send(peer, tag, data)?;
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)
@@ -47,7 +47,7 @@ pub unsafe extern "C" fn openib_send_mem(
         // SAFETY: the caller's contract on `t` and `mem`.
         let (h, m) = unsafe { (handle(t)?, region(mem)?) };
         owned_by(m, h)?;
-        let token = h.lock()?.g.t.send_region(peer, tag, &m.mr, offset, len)?;
+        let token = h.lock()?.t().send_region(peer, tag, &m.mr, offset, len)?;
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)
@@ -77,14 +77,14 @@ pub unsafe extern "C" fn openib_send_nocopy(
         let (h, data) = unsafe { (handle(t)?, bytes(buf, len)?) };
         let mut g = h.lock()?;
         let token = if len <= h.eager_limit {
-            g.g.t.send(peer, tag, data)?
+            g.t().send(peer, tag, data)?
         } else {
             // SAFETY: the caller's contract: `buf` stays readable and unchanged until the
             // completion, and the transport drops the region when the transfer ends.
             let region =
-                unsafe { ForeignRegion::register(g.g.t.protection_domain(), data.as_ptr(), len) }
+                unsafe { ForeignRegion::register(g.t().protection_domain(), data.as_ptr(), len) }
                     .map_err(TransportError::from)?;
-            g.g.t.send_foreign(peer, tag, region)?
+            g.t().send_foreign(peer, tag, region)?
         };
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
@@ -109,7 +109,7 @@ pub unsafe extern "C" fn openib_sendi(
     call("openib_sendi", || {
         // SAFETY: the caller's contract on `t` and `buf`.
         let (h, data) = unsafe { (handle(t)?, bytes(buf, len)?) };
-        h.lock()?.g.t.sendi(peer, tag, data)?;
+        h.lock()?.t().sendi(peer, tag, data)?;
         Ok(OPENIB_OK)
     })
 }

@@ -61,15 +61,14 @@ struct mca_btl_base_endpoint_t {
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 
-/* A message received by the transport's callback, waiting to be handed to the upper layer
- * (ob1) once the transport's progress has returned, so that ob1 may send from its callback. */
-typedef struct mca_btl_oib_rx_t {
-    struct mca_btl_oib_rx_t *next;
-    uint32_t src;
-    uint8_t tag;
-    size_t len;
-    unsigned char data[];
-} mca_btl_oib_rx_t;
+/* A completion whose send was not in the module's list yet: openib_send returned its token
+ * to a thread that had not put the descriptor in the list when progress polled the
+ * completion. Matched again on the next progress call. */
+typedef struct mca_btl_oib_orphan_t {
+    uint64_t token;
+    uint32_t peer;
+    int status;
+} mca_btl_oib_orphan_t;
 
 /* A send descriptor: one segment, its bytes in the free list's payload buffer (up to
  * btl_max_send_size). */
@@ -88,14 +87,19 @@ typedef struct mca_btl_oib_module_t {
     openib_t *t;
     uint32_t rank, size;
     opal_free_list_t frags;
-    /* Sends in flight, oldest first (completions come back in about that order). */
+    /* Sends in flight, oldest first (completions come back in about that order), and
+     * completions polled before their send was listed. send_lock is never held across a
+     * transport call: a receive callback runs with the transport's lock held and ob1 sends
+     * from it, so the order is always transport lock, then send_lock. */
     pthread_mutex_t send_lock;
     mca_btl_oib_frag_t *sends_head, *sends_tail;
-    /* Received messages not yet delivered, oldest first. */
-    pthread_mutex_t rx_lock;
-    mca_btl_oib_rx_t *rx_head, *rx_tail;
-    /* One thread delivers at a time, so that messages reach ob1 in the order they came. */
-    pthread_mutex_t deliver_lock;
+    mca_btl_oib_orphan_t *orphans;
+    size_t n_orphans, cap_orphans;
+    /* Set by finalize before it closes the transport: the close's flush may still receive,
+     * but ob1 (whose callbacks may already be unloaded) is no longer told. */
+    volatile bool closing;
+    /* One thread at a time takes completions and matches orphans (trylock: the others go). */
+    pthread_mutex_t progress_lock;
     /* Endpoints by rank, made by add_procs. */
     mca_btl_base_endpoint_t **endpoints;
     mca_btl_base_module_error_cb_fn_t error_cb;

@@ -7,10 +7,12 @@
  * returns OPAL_SUCCESS and the descriptor's callback runs from progress when the transport
  * reports the send's completion (its token), with the transport's status.
  *
- * Receives: the transport calls its receive callback with its lock held, where no transport
- * call is allowed, but ob1's callbacks send. So the callback copies the message into a queue,
- * and progress hands the queue to ob1 (mca_btl_base_active_message_trigger) after the
- * transport's progress has returned: one copy more than needed (docs/OMPI.md).
+ * Receives: the transport's receive callback hands the message to ob1's callback for its tag
+ * (mca_btl_base_active_message_trigger) at once, on the transport's receive buffer, without a
+ * copy. It runs inside openib_progress with the transport's lock held; ob1 sends, and later
+ * puts and gets, from inside it, which the transport allows on the same thread (openib.h,
+ * "Threads"). Messages of one peer reach ob1 in the order they were sent: progress inside a
+ * callback returns at once, so none overtakes a callback still running.
  */
 #include "opal_config.h"
 
@@ -223,21 +225,19 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     }
     frag->endpoint = ep;
     des->des_flags |= MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
-    /* Under send_lock, so that progress cannot see the completion before the token is in
-     * the list. */
-    pthread_mutex_lock(&m->send_lock);
+    /* Not under send_lock (see the module's struct): a completion polled before the push
+     * below waits among the orphans for the next progress call. */
     int rc = openib_send(m->t, ep->rank, tag, frag->segment.seg_addr.pval, frag->segment.seg_len,
                          &token);
-    if (OPENIB_OK == rc) {
-        frag->token = token;
-        sends_push(m, frag);
-    }
-    pthread_mutex_unlock(&m->send_lock);
     if (OPENIB_OK != rc) {
         opal_output_verbose(10, OIB_OUT, "btl: oib: send of %zu bytes to rank %u: %s",
                             frag->segment.seg_len, ep->rank, openib_last_error());
         return opal_code(rc);
     }
+    pthread_mutex_lock(&m->send_lock);
+    frag->token = token;
+    sends_push(m, frag);
+    pthread_mutex_unlock(&m->send_lock);
     return OPAL_SUCCESS;
 }
 
@@ -304,107 +304,134 @@ static int oib_register_error(struct mca_btl_base_module_t *btl,
     return OPAL_SUCCESS;
 }
 
-static void rx_free_all(mca_btl_oib_module_t *m)
-{
-    mca_btl_oib_rx_t *rx = m->rx_head;
-    while (NULL != rx) {
-        mca_btl_oib_rx_t *next = rx->next;
-        free(rx);
-        rx = next;
-    }
-    m->rx_head = m->rx_tail = NULL;
-}
-
 static int oib_finalize(struct mca_btl_base_module_t *btl)
 {
     mca_btl_oib_module_t *m = module_of(btl);
     if (mca_btl_oib_component.module == m) {
         mca_btl_oib_component.module = NULL;
     }
+    m->closing = true;
     int rc = openib_close(m->t); /* flushes first (up to 10 s) */
     if (OPENIB_OK != rc) {
         opal_output_verbose(1, OIB_OUT, "btl: oib: close: %s", openib_last_error());
     }
     m->t = NULL;
-    rx_free_all(m);
     /* Sends never completed: their descriptors go back with the free list. */
     m->sends_head = m->sends_tail = NULL;
+    free(m->orphans);
     for (uint32_t r = 0; r < m->size; r++) {
         free(m->endpoints[r]);
     }
     free(m->endpoints);
     OBJ_DESTRUCT(&m->frags);
     pthread_mutex_destroy(&m->send_lock);
-    pthread_mutex_destroy(&m->rx_lock);
-    pthread_mutex_destroy(&m->deliver_lock);
+    pthread_mutex_destroy(&m->progress_lock);
     free(m);
     return OPAL_SUCCESS;
 }
 
-/* The transport's receive callback (its lock held: no transport call here). */
+/* The transport's receive callback: the message goes to ob1's callback of its tag at once,
+ * on the transport's buffer (valid during the call). ob1 may send from inside. */
 static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len)
 {
     mca_btl_oib_module_t *m = ctx;
-    mca_btl_oib_rx_t *rx = malloc(sizeof *rx + len);
-    if (NULL == rx) {
-        opal_output(0, "btl: oib: out of memory for a message of %zu bytes from rank %u", len,
-                    src);
+    const mca_btl_active_message_callback_t *reg = mca_btl_base_active_message_trigger + tag;
+    if (m->closing) {
+        /* The close's flush: ob1 is finalized (its component may be unloaded already). */
+        opal_output_verbose(20, OIB_OUT, "btl: oib: message with tag %u from rank %u during "
+                            "finalize; dropped", tag, src);
         return;
     }
-    rx->next = NULL;
-    rx->src = src;
-    rx->tag = tag;
-    rx->len = len;
-    if (len > 0) {
-        memcpy(rx->data, data, len);
+    if (NULL == reg->cbfunc) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: message with tag %u from rank %u has no "
+                            "receiver; dropped", tag, src);
+        return;
     }
-    pthread_mutex_lock(&m->rx_lock);
-    if (NULL == m->rx_tail) {
-        m->rx_head = rx;
-    } else {
-        m->rx_tail->next = rx;
-    }
-    m->rx_tail = rx;
-    pthread_mutex_unlock(&m->rx_lock);
+    /* ob1 only reads a received segment; the cast drops the const its type lacks. */
+    mca_btl_base_segment_t seg = {.seg_addr.pval = (void *) data, .seg_len = len};
+    mca_btl_base_descriptor_t des;
+    memset(&des, 0, sizeof des);
+    des.des_segments = &seg;
+    des.des_segment_count = 1;
+    reg->cbfunc(&m->super, tag, &des, reg->cbdata);
 }
 
-/* Hands the queued messages to the upper layer, oldest first, one thread at a time. */
-static int deliver(mca_btl_oib_module_t *m)
+/* Finishes the send of a completion: its descriptor's callback, then back to the free list
+ * when the BTL owns it. */
+static void send_done(mca_btl_oib_module_t *m, mca_btl_oib_frag_t *frag, uint32_t peer,
+                      int transport_status)
+{
+    int status = opal_code(transport_status);
+    if (OPAL_SUCCESS != status) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: send to rank %u failed: %s", peer,
+                            openib_strerror(transport_status));
+        if (NULL != m->error_cb && NULL != frag->endpoint) {
+            m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, frag->endpoint->proc,
+                        "oib: send failed");
+        }
+    }
+    uint32_t flags = frag->base.des_flags;
+    if (NULL != frag->base.des_cbfunc) {
+        frag->base.des_cbfunc(&m->super, frag->endpoint, &frag->base, status);
+    }
+    if (flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) {
+        opal_free_list_return(&m->frags, &frag->base.super);
+    }
+}
+
+/* Keeps a completion whose send is not listed yet (false: out of memory, then it is lost
+ * with a line at verbosity 1). */
+static bool orphan_keep(mca_btl_oib_module_t *m, const openib_completion_t *c)
+{
+    bool kept = true;
+    pthread_mutex_lock(&m->send_lock);
+    if (m->n_orphans == m->cap_orphans) {
+        size_t cap = m->cap_orphans ? 2 * m->cap_orphans : 16;
+        mca_btl_oib_orphan_t *o = realloc(m->orphans, cap * sizeof *o);
+        if (NULL == o) {
+            kept = false;
+        } else {
+            m->orphans = o;
+            m->cap_orphans = cap;
+        }
+    }
+    if (kept) {
+        m->orphans[m->n_orphans++] = (mca_btl_oib_orphan_t){c->token, c->peer, c->status};
+    }
+    pthread_mutex_unlock(&m->send_lock);
+    if (!kept) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: out of memory: completion %llu lost",
+                            (unsigned long long) c->token);
+    }
+    return kept;
+}
+
+/* Completes the orphans whose sends are listed by now; returns how many. */
+static int orphans_match(mca_btl_oib_module_t *m)
 {
     int count = 0;
-    if (0 != pthread_mutex_trylock(&m->deliver_lock)) {
-        return 0; /* another thread (or this one, further up the stack) delivers */
-    }
+    size_t i = 0;
     for (;;) {
-        pthread_mutex_lock(&m->rx_lock);
-        mca_btl_oib_rx_t *rx = m->rx_head;
-        if (NULL != rx) {
-            m->rx_head = rx->next;
-            if (NULL == m->rx_head) {
-                m->rx_tail = NULL;
-            }
-        }
-        pthread_mutex_unlock(&m->rx_lock);
-        if (NULL == rx) {
+        mca_btl_oib_orphan_t o;
+        pthread_mutex_lock(&m->send_lock);
+        if (i >= m->n_orphans) {
+            pthread_mutex_unlock(&m->send_lock);
             break;
         }
-        const mca_btl_active_message_callback_t *reg = mca_btl_base_active_message_trigger
-                                                       + rx->tag;
-        if (NULL != reg->cbfunc) {
-            mca_btl_base_segment_t seg = {.seg_addr.pval = rx->data, .seg_len = rx->len};
-            mca_btl_base_descriptor_t des;
-            memset(&des, 0, sizeof des);
-            des.des_segments = &seg;
-            des.des_segment_count = 1;
-            reg->cbfunc(&m->super, rx->tag, &des, reg->cbdata);
-        } else {
-            opal_output_verbose(1, OIB_OUT, "btl: oib: message with tag %u from rank %u has no "
-                                "receiver; dropped", rx->tag, rx->src);
+        o = m->orphans[i];
+        pthread_mutex_unlock(&m->send_lock);
+        mca_btl_oib_frag_t *frag = sends_take(m, o.token);
+        if (NULL == frag) {
+            i++;
+            continue;
         }
-        free(rx);
+        pthread_mutex_lock(&m->send_lock);
+        /* Only this function removes orphans, one thread at a time (progress_lock). */
+        m->orphans[i] = m->orphans[--m->n_orphans];
+        pthread_mutex_unlock(&m->send_lock);
+        send_done(m, frag, o.peer, o.status);
         count++;
     }
-    pthread_mutex_unlock(&m->deliver_lock);
     return count;
 }
 
@@ -415,31 +442,23 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
     if (rc > 0) {
         count += rc;
     }
+    if (0 != pthread_mutex_trylock(&m->progress_lock)) {
+        return count; /* another thread takes the completions */
+    }
+    if (0 != m->n_orphans) {
+        count += orphans_match(m);
+    }
     openib_completion_t c;
     while (1 == openib_poll_completion(m->t, &c)) {
         mca_btl_oib_frag_t *frag = sends_take(m, c.token);
         if (NULL == frag) {
-            continue; /* not a send of ours (none other is made yet) */
+            (void) orphan_keep(m, &c);
+            continue;
         }
-        int status = opal_code(c.status);
-        if (OPAL_SUCCESS != status) {
-            opal_output_verbose(1, OIB_OUT, "btl: oib: send to rank %u failed: %s", c.peer,
-                                openib_strerror(c.status));
-            if (NULL != m->error_cb && NULL != frag->endpoint) {
-                m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, frag->endpoint->proc,
-                            "oib: send failed");
-            }
-        }
-        uint32_t flags = frag->base.des_flags;
-        if (NULL != frag->base.des_cbfunc) {
-            frag->base.des_cbfunc(&m->super, frag->endpoint, &frag->base, status);
-        }
-        if (flags & MCA_BTL_DES_FLAGS_BTL_OWNERSHIP) {
-            opal_free_list_return(&m->frags, &frag->base.super);
-        }
+        send_done(m, frag, c.peer, c.status);
         count++;
     }
-    count += deliver(m);
+    pthread_mutex_unlock(&m->progress_lock);
     return count;
 }
 
@@ -494,8 +513,7 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
     m->size = (uint32_t) size;
     m->endpoints = eps;
     pthread_mutex_init(&m->send_lock, NULL);
-    pthread_mutex_init(&m->rx_lock, NULL);
-    pthread_mutex_init(&m->deliver_lock, NULL);
+    pthread_mutex_init(&m->progress_lock, NULL);
     OBJ_CONSTRUCT(&m->frags, opal_free_list_t);
     int rc = opal_free_list_init(&m->frags, sizeof(mca_btl_oib_frag_t), opal_cache_line_size,
                                  OBJ_CLASS(mca_btl_oib_frag_t), m->super.btl_max_send_size,

@@ -10,11 +10,18 @@ use super::Transport;
 use openib_cpc::Connection;
 use openib_sys::Region;
 use openib_sys::{Access, MemoryRegion, RecvRequest, WorkCompletion};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 impl Transport {
     /// Connects to every peer now instead of on first use (for benchmarks and wire-up timing).
+    /// Not from inside a receive callback ([`TransportError::InCallback`]).
     pub fn connect_all(&mut self, timeout: Duration) -> Result<(), TransportError> {
+        if self.callback_depth > 0 {
+            return Err(TransportError::InCallback {
+                call: "connect_all",
+            });
+        }
         let peers: Vec<u32> = self.eps.keys().collect();
         for &p in &peers {
             let ep = self.eps.get_mut(&p).expect("listed");
@@ -153,7 +160,7 @@ impl Transport {
                 srq.pool.admit(c.peer);
                 None
             }
-            (None, Some(Some(mr))) => Some(mr),
+            (None, Some(Some(mr))) => Some(Arc::new(mr)),
             (None, _) => {
                 let cq = self.cfg.cq_depth;
                 if posted_recvs + depth > cq as usize {
@@ -175,7 +182,7 @@ impl Transport {
                         sges: vec![recv.sge(i * slot, slot)?],
                     })?;
                 }
-                Some(recv)
+                Some(Arc::new(recv))
             }
         };
         self.qp_peer.insert(qpn, c.peer);

@@ -260,7 +260,9 @@ pub(super) struct Endpoint {
     pub(super) state: EndpointState,
     // Field order is drop order: the queue pair goes before the memory its requests name.
     pub(super) conn: Option<Connection>,
-    pub(super) recv_mr: Option<MemoryRegion>,
+    /// Shared with a message being delivered in place, so its bytes outlive the endpoint
+    /// when the callback's own calls fail it (see `recv::Delivery`).
+    pub(super) recv_mr: Option<Arc<MemoryRegion>>,
     pub(super) send_mr: Option<MemoryRegion>,
     pub(super) free_send: Vec<usize>,
     pub(super) credits: Credits,

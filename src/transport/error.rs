@@ -32,6 +32,10 @@ pub enum TransportError {
     Misaligned { addr: u64 },
     #[error("immediate send not possible now ({why}); use send")]
     Busy { why: &'static str },
+    /// A call that waits on progress, made from inside a receive callback (progress there
+    /// runs no callbacks, so it would wait for itself).
+    #[error("{call} cannot run inside a receive callback: it waits on progress, which runs the callbacks; call it after progress returns")]
+    InCallback { call: &'static str },
     #[error(transparent)]
     Setting(#[from] crate::config::ConfigError),
 }

@@ -6,13 +6,30 @@
 //! [`Handlers::raise`], at the end of the progress call, re-raises the first panic of the batch
 //! to the caller (later ones of the same batch are logged and counted). The transport stays
 //! usable: the next progress call goes on where this one stopped.
+//!
+//! A callback registered with the transport ([`TransportHandler`]) gets the transport itself
+//! and may send, put, get and run atomics from inside (ob1 answers a rendezvous from its
+//! receive callback). While it runs, its slot of the table is empty
+//! ([`Handlers::take_callback`]) and
+//! the transport counts the depth of callbacks ([`super::Transport::in_callback`]): progress
+//! called from inside a callback returns at once without receiving (so messages of one peer
+//! never overtake a callback still running), and calls that wait on progress (flush,
+//! connect_all) are refused.
 
-use super::{Handler, Tag};
+use super::{Handler, Tag, TransportHandler};
 use std::any::Any;
 use std::panic::{catch_unwind, resume_unwind, AssertUnwindSafe};
 
+/// The callback of one tag.
+pub(super) enum Callback {
+    /// Sees the message only.
+    Plain(Handler),
+    /// Sees the transport too, and may call it.
+    WithTransport(TransportHandler),
+}
+
 pub(super) struct Handlers {
-    table: Vec<Option<Handler>>,
+    table: Vec<Option<Callback>>,
     /// The first panic of the current batch.
     caught: Option<Box<dyn Any + Send>>,
     /// Callback panics caught since the transport opened.
@@ -39,31 +56,68 @@ pub(super) fn panic_text(p: &(dyn Any + Send)) -> &str {
 
 impl Handlers {
     pub fn set(&mut self, tag: Tag, h: Handler) {
-        self.table[tag as usize] = Some(h);
+        self.table[tag as usize] = Some(Callback::Plain(h));
+    }
+
+    pub fn set_with_transport(&mut self, tag: Tag, h: TransportHandler) {
+        self.table[tag as usize] = Some(Callback::WithTransport(h));
+    }
+
+    /// Whether the callback of `tag` wants the transport (then the caller takes it out with
+    /// [`Handlers::take_callback`] and calls it itself).
+    pub fn wants_transport(&self, tag: Tag) -> bool {
+        matches!(self.table[tag as usize], Some(Callback::WithTransport(_)))
+    }
+
+    /// Takes the callback of `tag` out of the table while it runs.
+    pub fn take_callback(&mut self, tag: Tag) -> Option<Callback> {
+        self.table[tag as usize].take()
+    }
+
+    /// Puts a callback taken by [`Handlers::take_callback`] back, unless another was set for
+    /// its tag meanwhile (by the callback itself: the newer one stays).
+    pub fn put_back(&mut self, tag: Tag, cb: Callback) {
+        let slot = &mut self.table[tag as usize];
+        if slot.is_none() {
+            *slot = Some(cb);
+        }
     }
 
     /// Runs the callback of `tag` on a message of `peer`; a panic is caught and kept (the
-    /// first of the batch) or logged.
+    /// first of the batch) or logged. A callback that wants the transport is not called here
+    /// (see [`Handlers::wants_transport`]).
     pub fn call(&mut self, peer: u32, tag: Tag, data: &[u8]) {
-        let Some(h) = self.table[tag as usize].as_mut() else {
-            tracing::warn!(peer, tag, "message for a tag with no handler dropped");
-            return;
+        let h = match self.table[tag as usize].as_mut() {
+            Some(Callback::Plain(h)) => h,
+            Some(Callback::WithTransport(_)) => {
+                debug_assert!(false, "a transport callback is called by the transport");
+                return;
+            }
+            None => {
+                tracing::warn!(peer, tag, "message for a tag with no handler dropped");
+                return;
+            }
         };
         // AssertUnwindSafe: after a panic the callback (and what it captured) is still called
         // for later messages; whether its own state is usable is the callback's affair, as it
         // is for a panic caught anywhere else. The transport's state is not touched by it.
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| h(peer, data))) {
-            self.panics += 1;
-            tracing::error!(
-                peer,
-                tag,
-                panic = panic_text(payload.as_ref()),
-                "a receive callback panicked; the batch is finished, then the panic goes to \
-                 the caller of progress"
-            );
-            if self.caught.is_none() {
-                self.caught = Some(payload);
-            }
+            self.caught(peer, tag, payload);
+        }
+    }
+
+    /// Counts and keeps (or logs) the panic of a callback of `tag` on a message of `peer`.
+    pub fn caught(&mut self, peer: u32, tag: Tag, payload: Box<dyn Any + Send>) {
+        self.panics += 1;
+        tracing::error!(
+            peer,
+            tag,
+            panic = panic_text(payload.as_ref()),
+            "a receive callback panicked; the batch is finished, then the panic goes to the \
+             caller of progress"
+        );
+        if self.caught.is_none() {
+            self.caught = Some(payload);
         }
     }
 

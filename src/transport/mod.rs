@@ -130,9 +130,18 @@ pub const CTL_RESERVE: u32 = 2;
 pub const INLINE_WANTED: u32 = 256;
 
 /// Callback for received messages of one tag: (source rank, payload). It runs inside
-/// `progress` and must not call the transport (it may copy the data and return). If it
+/// `progress` and cannot reach the transport (see [`TransportHandler`] for one that can). If it
 /// panics, the panic is caught, the batch finished, and the panic re-raised by `progress`.
 pub type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
+
+/// Callback for received messages of one tag that gets the transport too: (transport, source
+/// rank, payload). It may send, put, get, run atomics, register memory and remove peers from
+/// inside (as ob1 does: it answers a rendezvous from its receive callback). Progress called
+/// from inside returns `Ok(0)` at once (the messages behind this one wait for the progress
+/// call that runs it, so they never overtake it), and [`Transport::flush`] and
+/// [`Transport::connect_all`], which wait on progress, fail with
+/// [`TransportError::InCallback`]. Panics are handled as for [`Handler`].
+pub type TransportHandler = Box<dyn FnMut(&mut Transport, u32, &[u8]) + Send>;
 
 /// The transport of one process.
 pub struct Transport {
@@ -156,6 +165,8 @@ pub struct Transport {
     /// Credits a sender starts with towards every peer, and what it may lend.
     peer_credits: Credits,
     handlers: Handlers,
+    /// Receive callbacks running now (a [`TransportHandler`] that calls the transport nests).
+    callback_depth: u32,
     /// The bytes of the last rendezvous delivered, copied out of its landing buffer (kept to
     /// reuse the allocation).
     landed: Vec<u8>,
@@ -315,6 +326,7 @@ impl Transport {
             peer_credits: cfg.peer_credits(size),
             cfg,
             handlers: Handlers::default(),
+            callback_depth: 0,
             landed: Vec::new(),
             in_batch: false,
             done: Vec::new(),
@@ -432,6 +444,25 @@ impl Transport {
         }
         self.handlers.set(tag, handler);
         Ok(())
+    }
+
+    /// Registers the receive callback of `tag` (replacing any earlier one) as one that gets
+    /// the transport and may call it (see [`TransportHandler`]).
+    pub fn on_tag_with_transport(
+        &mut self,
+        tag: Tag,
+        handler: TransportHandler,
+    ) -> Result<(), TransportError> {
+        if tag == 0 {
+            return Err(TransportError::ReservedTag);
+        }
+        self.handlers.set_with_transport(tag, handler);
+        Ok(())
+    }
+
+    /// Whether a receive callback is running (this is a call from inside one).
+    pub fn in_callback(&self) -> bool {
+        self.callback_depth > 0
     }
 
     /// Registers `len` bytes of memory for put/get/atomics and zero-copy sends (remote read,

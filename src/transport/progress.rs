@@ -142,7 +142,11 @@ impl Sleeper {
 impl Transport {
     /// Progresses until nothing is queued or in flight on any live endpoint (every send read
     /// by its peer, every put, get and atomic complete), or `timeout`.
+    /// Not from inside a receive callback ([`TransportError::InCallback`]).
     pub fn flush(&mut self, timeout: Duration) -> Result<Vec<Completion>, TransportError> {
+        if self.callback_depth > 0 {
+            return Err(TransportError::InCallback { call: "flush" });
+        }
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
         let mut backoff = IdleBackoff::default();
@@ -200,7 +204,13 @@ impl Transport {
     /// rest of the batch is handled (messages delivered, receive buffers reposted, completions
     /// recorded), and then the first such panic is re-raised from here. The transport stays
     /// consistent and usable; the message whose callback panicked counts as delivered.
+    ///
+    /// From inside a receive callback (a [`super::TransportHandler`] calling back) it returns
+    /// `Ok(0)` at once: the progress call running that callback goes on when it returns.
     pub fn progress(&mut self) -> Result<usize, TransportError> {
+        if self.callback_depth > 0 {
+            return Ok(0);
+        }
         self.in_batch = true;
         let r = self.progress_batch();
         self.in_batch = false;
@@ -384,9 +394,10 @@ impl Transport {
     /// Arms the completion queues to wake the port's channel, then progresses once (a
     /// completion that came before the arming is handled here, not slept through). Returns
     /// the completions handled and, when there were none and no connection is being set up
-    /// (those are polled, not signalled), the [`Sleeper`] to wait on.
+    /// (those are polled, not signalled) and no receive callback is running (this is not a call
+    /// from inside one), the [`Sleeper`] to wait on.
     pub fn arm_sleep(&mut self) -> Result<(usize, Option<Sleeper>), TransportError> {
-        if self.connecting > 0 {
+        if self.connecting > 0 || self.callback_depth > 0 {
             return Ok((self.progress()?, None));
         }
         let lp = self.w.port();

@@ -6,11 +6,14 @@ use super::endpoint::release_outgoing;
 use super::endpoint::{EndpointState, Ready, KIND_SRQ};
 use super::error::{FailureCause, TransportError};
 use super::flow::{Credits, Reorder};
+use super::handlers::Callback;
 use super::peer::{PeerError, PeerLimits, RecvBook, Step};
 use super::rendezvous::{Incoming, Outgoing};
 use super::wire::HDR;
 use super::{peer, srq, IdMap, Transport};
 use openib_sys::MemoryRegion;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
 
 /// The largest copy of a rendezvous payload kept for the next one (a larger one is freed once
 /// delivered).
@@ -52,16 +55,82 @@ impl RecvBook for EndpointBook<'_> {
     }
 }
 
+/// A message to hand to its callback once the bookkeeping of its receive is done, so that the
+/// callback may call the transport ([`super::TransportHandler`]).
+pub(super) enum Delivery {
+    Nothing,
+    /// In order with nothing held: the callback reads the receive buffer itself (`len` bytes
+    /// at `off` of `mr`), which is posted again only after the callback returned.
+    InPlace {
+        tag: u8,
+        mr: Arc<MemoryRegion>,
+        off: usize,
+        len: usize,
+    },
+    /// A finished train, in order.
+    Train {
+        tag: u8,
+        data: Vec<u8>,
+    },
+    /// A rendezvous completed: the messages that are next in order ([`Transport::deliver_ready`]).
+    Ready,
+}
+
 impl Transport {
-    /// Runs the callbacks of every message of `peer` that is next in order.
-    pub(super) fn deliver_ready(&mut self, peer: u32) {
-        let Some(ep) = self.eps.get_mut(&peer) else {
+    /// Runs the callback of `tag` on a message of `peer`. A [`super::TransportHandler`] is
+    /// taken out of the table and given the transport; nothing of the transport may be
+    /// borrowed across this call, and whatever the callback did (sent, failed or removed
+    /// endpoints) is looked up afresh afterwards.
+    pub(super) fn call_handler(&mut self, peer: u32, tag: u8, data: &[u8]) {
+        if !self.handlers.wants_transport(tag) {
+            self.handlers.call(peer, tag, data);
+            return;
+        }
+        let Some(cb) = self.handlers.take_callback(tag) else {
             return;
         };
-        while let Some(r) = ep.reorder.pop() {
+        let Callback::WithTransport(mut h) = cb else {
+            unreachable!("checked: a transport callback")
+        };
+        self.callback_depth += 1;
+        // AssertUnwindSafe: as for plain callbacks (Handlers::call); a panic inside the
+        // transport's own code called from the callback is a bug either way.
+        let r = catch_unwind(AssertUnwindSafe(|| h(self, peer, data)));
+        self.callback_depth -= 1;
+        if let Err(payload) = r {
+            self.handlers.caught(peer, tag, payload);
+        }
+        self.handlers.put_back(tag, Callback::WithTransport(h));
+    }
+
+    /// Hands a received message to its callback.
+    pub(super) fn deliver(&mut self, peer: u32, d: Delivery) {
+        match d {
+            Delivery::Nothing => {}
+            Delivery::InPlace { tag, mr, off, len } => match mr.local_slice(off, len) {
+                Ok(data) => self.call_handler(peer, tag, data),
+                Err(e) => tracing::error!(peer, tag, error = %e, "message not delivered"),
+            },
+            Delivery::Train { tag, data } => {
+                self.call_handler(peer, tag, &data);
+                if let Some(ep) = self.eps.get_mut(&peer) {
+                    ep.trains.recycle(data);
+                }
+            }
+            Delivery::Ready => self.deliver_ready(peer),
+        }
+    }
+
+    /// Runs the callbacks of every message of `peer` that is next in order.
+    pub(super) fn deliver_ready(&mut self, peer: u32) {
+        // The endpoint is looked up for every message: a callback may fail or remove it.
+        while let Some(ep) = self.eps.get_mut(&peer) {
+            let Some(r) = ep.reorder.pop() else {
+                return;
+            };
             ep.stats.delivered += 1;
             match r {
-                Ready::Eager { tag, data } => self.handlers.call(peer, tag, &data),
+                Ready::Eager { tag, data } => self.call_handler(peer, tag, &data),
                 Ready::Rndv { seq } => {
                     let inc = ep.incoming.remove(&seq).expect("completed incoming");
                     let buf = inc.buf.expect("read into a buffer");
@@ -69,22 +138,22 @@ impl Transport {
                     // held its rkey (this or an earlier transfer) may still write it, and a
                     // callback's `&[u8]` must not change under it (docs/DESIGN.md, soundness).
                     let len = inc.rts.len as usize;
-                    let landed = &mut self.landed;
+                    let mut landed = std::mem::take(&mut self.landed);
                     landed.resize(len, 0);
                     let copied = buf.read_at(0, &mut landed[..len]);
-                    match copied {
-                        Ok(()) => self.handlers.call(peer, inc.tag, &landed[..len]),
-                        Err(e) => {
-                            tracing::error!(peer, seq, error = %e, "rendezvous not delivered")
-                        }
-                    }
-                    if self.landed.capacity() > LANDED_KEPT {
-                        self.landed = Vec::new();
-                    }
                     self.cache.give_back(buf);
                     self.receiving -= 1;
                     if inc.head < inc.rts.len {
                         ep.fins.push_back(seq);
+                    }
+                    match copied {
+                        Ok(()) => self.call_handler(peer, inc.tag, &landed[..len]),
+                        Err(e) => {
+                            tracing::error!(peer, seq, error = %e, "rendezvous not delivered")
+                        }
+                    }
+                    if landed.capacity() <= LANDED_KEPT {
+                        self.landed = landed;
                     }
                 }
             }
@@ -92,9 +161,10 @@ impl Transport {
     }
 
     /// Handles a received message in buffer `id` (a slot of the endpoint's own buffers, or of
-    /// the shared receive queue with `kind` [`KIND_SRQ`]), then reposts the buffer and counts
-    /// the credit it returns. A buffer of the SRQ is reposted whatever became of its sender,
-    /// and whatever the message was: the other peers' credits count on it.
+    /// the shared receive queue with `kind` [`KIND_SRQ`]): checks it, runs its callback, then
+    /// reposts the buffer and counts the credit it returns. A buffer of the SRQ is reposted
+    /// whatever became of its sender, and whatever the message was: the other peers' credits
+    /// count on it.
     pub(super) fn on_recv(
         &mut self,
         peer: u32,
@@ -104,16 +174,53 @@ impl Transport {
         imm: Option<u32>,
     ) -> Result<(), TransportError> {
         let mut reposted = false;
-        let r = self.handle_recv(peer, kind, id, len, imm, &mut reposted);
-        if r.is_err() && kind == KIND_SRQ && !reposted {
-            if let Some(Err(e)) = self.srq.as_mut().map(|s| s.repost(id)) {
-                tracing::warn!(error = %e, "SRQ buffer not reposted");
+        let delivery = match self.handle_recv(peer, kind, id, len, imm, &mut reposted) {
+            Ok(Some(d)) => d,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                if kind == KIND_SRQ && !reposted {
+                    if let Some(Err(e)) = self.srq.as_mut().map(|s| s.repost(id)) {
+                        tracing::warn!(error = %e, "SRQ buffer not reposted");
+                    }
+                }
+                return Err(e);
             }
-        }
-        r
+        };
+        // The callback runs with nothing of the transport borrowed; the buffer it may read in
+        // place goes back after it returned.
+        self.deliver(peer, delivery);
+        self.give_back_recv(peer, kind, id)
     }
 
-    /// [`Transport::on_recv`]; `reposted`: an SRQ buffer was (or was tried to be) reposted.
+    /// Gives back the receive buffer of a message handled by [`Transport::handle_recv`] (and
+    /// delivered): an SRQ buffer is posted now and its credit counted; an endpoint's own
+    /// buffer is posted at the start of the next progress call
+    /// ([`Transport::repost_deferred`]). The endpoint is looked up afresh: the callback may
+    /// have failed or removed it.
+    fn give_back_recv(&mut self, peer: u32, kind: u64, id: u32) -> Result<(), TransportError> {
+        let live = self
+            .eps
+            .get_mut(&peer)
+            .filter(|ep| ep.state == EndpointState::Connected);
+        if kind == KIND_SRQ {
+            let s = self.srq.as_mut().expect("SRQ buffer");
+            s.repost(id)?;
+            if let Some(ep) = live {
+                ep.credits.to_return += s.pool.on_repost(peer).credits();
+            }
+        } else if let Some(ep) = live {
+            if ep.unposted.is_empty() {
+                self.repost_peers.push(peer);
+            }
+            ep.unposted.push((id, false));
+        }
+        Ok(())
+    }
+
+    /// [`Transport::on_recv`] up to the callback: checks the message and does its bookkeeping.
+    /// `Some`: a message to deliver (or nothing) and a buffer still to give back; `None`: the
+    /// buffer went back already (a credit-only message, or an endpoint no longer connected).
+    /// `reposted`: an SRQ buffer was (or was tried to be) reposted.
     fn handle_recv(
         &mut self,
         peer: u32,
@@ -122,21 +229,18 @@ impl Transport {
         len: usize,
         imm: Option<u32>,
         reposted: &mut bool,
-    ) -> Result<(), TransportError> {
+    ) -> Result<Option<Delivery>, TransportError> {
         let slot_len = HDR + self.cfg.eager_limit;
         let rndv = self.cfg.rndv;
         let limits = PeerLimits {
             max_msg: self.cfg.max_msg,
         };
-        // A rendezvous completed by this message is delivered once its buffer is reposted.
-        let mut deliver = false;
+        let mut delivery = Delivery::Nothing;
         let Transport {
             eps,
             srq,
-            handlers,
             done,
             cache,
-            repost_peers,
             ..
         } = self;
         let live = eps
@@ -147,10 +251,10 @@ impl Transport {
                 *reposted = true;
                 srq.as_mut().expect("SRQ buffer").repost(id)?;
             }
-            return Ok(());
+            return Ok(None);
         };
         let bad = |e: String| TransportError::EndpointFailed { peer, why: e };
-        let (mr, off): (&MemoryRegion, usize) = if kind == KIND_SRQ {
+        let (mr, off): (&Arc<MemoryRegion>, usize) = if kind == KIND_SRQ {
             let s = srq.as_mut().expect("SRQ buffer");
             let (_, slot) = srq::split(id);
             let chunk = s
@@ -162,7 +266,7 @@ impl Transport {
             (mr, id as usize * slot_len)
         };
         // A receive slot (local access only) whose receive completed: not written until it is
-        // posted again, after this message is handled.
+        // posted again, after this message is handled and delivered.
         let b = mr.local_slice(off, len.min(slot_len))?;
         // Every number the peer sent is checked here, before anything below uses it.
         let mut book = EndpointBook {
@@ -198,7 +302,7 @@ impl Transport {
                     ep.reorder
                         .complete(seq, Ready::Rndv { seq })
                         .map_err(|e| bad(e.into()))?;
-                    deliver = true;
+                    delivery = Delivery::Ready;
                 }
             }
             Step::Frag { seq, tag, piece } => {
@@ -218,8 +322,7 @@ impl Transport {
                     .expect("a train is open");
                 if ep.reorder.pass(seq) {
                     ep.stats.delivered += 1;
-                    handlers.call(peer, tag, &data);
-                    ep.trains.recycle(data);
+                    delivery = Delivery::Train { tag, data };
                 } else {
                     ep.reorder
                         .arrive(seq, Some(Ready::Eager { tag, data }))
@@ -235,7 +338,13 @@ impl Transport {
                     // In order with nothing held: the callback reads the receive buffer itself,
                     // which is reposted after it returns.
                     ep.stats.delivered += 1;
-                    handlers.call(peer, tag, payload);
+                    delivery = Delivery::InPlace {
+                        tag,
+                        mr: mr.clone(),
+                        // The payload's place in the buffer (it follows the header).
+                        off: off + (payload.as_ptr() as usize - b.as_ptr() as usize),
+                        len: payload.len(),
+                    };
                 } else {
                     let data = payload.to_vec();
                     ep.reorder
@@ -251,33 +360,23 @@ impl Transport {
                 tracing::trace!(peer, seq, len = rts.len, "rendezvous RTS received");
             }
         }
+        if !ctl {
+            return Ok(Some(delivery));
+        }
+        // A credit-only message: its buffer goes back now, so the control credit rides on the
+        // very next header. Deferred like the others, the drain of this same progress call
+        // could spend every data credit the message brought before the repost, and then
+        // nothing would carry the control credit back: the peer, out of control credits, could
+        // not return data credits, and both would wait forever (a one-way stream of small
+        // messages with thousands queued did).
         if kind == KIND_SRQ {
-            let s = srq.as_mut().expect("SRQ buffer");
             *reposted = true;
-            s.repost(id)?;
-            if ctl {
-                ep.credits.reposted(true);
-            } else {
-                ep.credits.to_return += s.pool.on_repost(peer).credits();
-            }
-        } else if ctl {
-            // A credit-only message: its buffer goes back now, so the control credit rides on
-            // the very next header. Deferred like the others, the drain of this same progress
-            // call could spend every data credit the message brought before the repost, and
-            // then nothing would carry the control credit back: the peer, out of control
-            // credits, could not return data credits, and both would wait forever (a one-way
-            // stream of small messages with thousands queued did).
-            ep.repost_recv(id, true, slot_len)?;
+            srq.as_mut().expect("SRQ buffer").repost(id)?;
+            ep.credits.reposted(true);
         } else {
-            if ep.unposted.is_empty() {
-                repost_peers.push(peer);
-            }
-            ep.unposted.push((id, ctl));
+            ep.repost_recv(id, true, slot_len)?;
         }
-        if deliver {
-            self.deliver_ready(peer);
-        }
-        Ok(())
+        Ok(None)
     }
 
     /// Posts the receive buffers whose messages the last progress call handled, returns

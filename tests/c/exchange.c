@@ -20,8 +20,11 @@
  *      region and checks every old value, then tells rank 0, which checks the counters'
  *      final values in its own memory; both ranks check that a misaligned atomic is refused
  *      (OPENIB_ERR_INVALID) and an out-of-range one too (OPENIB_ERR_RANGE);
- *   7. checks that a call from inside a callback is refused (OPENIB_ERR_REENTRANT), that every
- *      operation's token completed exactly once with status 0, exchanges verdicts and flushes;
+ *   7. checks calls from inside a receive callback: the callback of the peer's message
+ *      ECHO_I of stream 0 sends it back (tag 9, checked byte by byte by the peer), while
+ *      openib_flush and openib_poll_completion there are refused (OPENIB_ERR_REENTRANT) and
+ *      openib_progress returns 0; then that every operation's token completed exactly once
+ *      with status 0, exchanges verdicts and flushes;
  *   8. removes the peer with openib_del_procs while a get to it is in flight (the get then
  *      completes with OPENIB_ERR_ENDPOINT_FAILED, later sends give OPENIB_ERR_BAD_PEER), and
  *      closes.
@@ -45,6 +48,8 @@
 #define TAG_L 6      /* the main thread's stream: rendezvous and eager mixed */
 #define TAG_I 7      /* openib_sendi messages */
 #define TAG_ATOMICS 8 /* rank 1 to rank 0: my atomics on your counters completed */
+#define TAG_ECHO 9    /* the peer's message ECHO_I of stream 0, sent back from the callback */
+#define ECHO_I 5      /* 63 bytes (msg_len) */
 
 #define REGION (64 * 1024 + 13) /* odd on purpose */
 #define GET_OFF 16              /* where the get lands in the local region */
@@ -153,7 +158,9 @@ struct state {
     openib_remote_t peer_region;
     int notes;
     int peer_done, peer_verdict;
-    int reentrant_rc, reentrant_tried;
+    /* calls made from inside the callback of the peer's message ECHO_I of stream 0 */
+    int echo_rc, flush_rc, poll_rc, progress_rc, reentrant_tried;
+    int echo_seen; /* our own message ECHO_I came back */
     int senders_done;
     int errors;
     char first_error[512];
@@ -198,7 +205,6 @@ static void issued(struct state *st, uint64_t token) {
     pthread_mutex_unlock(&st->mu);
 }
 
-/* The receive callback of every tag. Runs inside openib_progress with the handle's lock held. */
 /* Message i of a stream (st->mu held): its length and every byte. */
 static void check_message(struct state *st, struct stream *rx, uint8_t tag, uint32_t i,
                           uint32_t count, size_t want, uint32_t seed, const uint8_t *b,
@@ -224,6 +230,8 @@ static void check_message(struct state *st, struct stream *rx, uint8_t tag, uint
         rx->rndv++;
 }
 
+/* The receive callback of every tag. Runs inside openib_progress with the handle's lock held;
+ * calls on the same handle reach the transport the progress call lends it (step 7). */
 static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, size_t len) {
     struct state *st = ctx;
     const uint8_t *b = data;
@@ -234,10 +242,18 @@ static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, s
         int s = tag == TAG_A ? 0 : 1;
         uint32_t i = st->rx[s].next++;
         size_t want = msg_len(i, s, st->limit);
-        if (!st->reentrant_tried) {
-            /* The handle's lock is held: a call into the same handle must be refused. */
+        if (s == 0 && i == ECHO_I) {
+            /* From inside the callback: a send works (its data is read before it returns),
+             * calls that wait on progress or take completions are refused. */
+            uint64_t tok;
+            openib_completion_t c;
             st->reentrant_tried = 1;
-            st->reentrant_rc = openib_send(st->t, st->peer, TAG_A, "x", 1, NULL);
+            st->echo_rc = openib_send(st->t, st->peer, TAG_ECHO, b, len, &tok);
+            if (st->echo_rc == OPENIB_OK)
+                push(&st->issued, &st->n_issued, &st->cap_issued, tok);
+            st->flush_rc = openib_flush(st->t, 0);
+            st->poll_rc = openib_poll_completion(st->t, &c);
+            st->progress_rc = openib_progress(st->t);
         }
         check_message(st, &st->rx[s], tag, i, st->per_stream, want, msg_seed(src, s, i), b, len);
     } else if (tag == TAG_L) {
@@ -248,6 +264,11 @@ static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, s
         uint32_t i = st->rx_sendi.next++;
         check_message(st, &st->rx_sendi, tag, i, SENDI_N, sendi_len(i, st->limit),
                       msg_seed(src, 3, i), b, len);
+    } else if (tag == TAG_ECHO) {
+        struct stream echo = {0};
+        check_message(st, &echo, tag, 0, 1, msg_len(ECHO_I, 0, st->limit),
+                      msg_seed(st->rank, 0, ECHO_I), b, len);
+        st->echo_seen++;
     } else if (tag == TAG_ATOMICS) {
         if (st->rank != 0 || len != 0)
             fail_locked(st, "unexpected atomics note (%zu bytes) at rank %u", len, st->rank);
@@ -331,7 +352,8 @@ static int wait_until(struct state *st, int (*cond)(struct state *), const char 
 
 static int all_received(struct state *st) {
     return st->rx[0].next >= st->per_stream && st->rx[1].next >= st->per_stream &&
-           st->rx_large.next >= LARGE_N && st->senders_done == 2 && st->have_region;
+           st->rx_large.next >= LARGE_N && st->senders_done == 2 && st->have_region &&
+           st->echo_seen >= 1;
 }
 static int got_note(struct state *st) { return st->notes >= 1; }
 static int got_done(struct state *st) { return st->peer_done; }
@@ -690,6 +712,7 @@ int main(int argc, char **argv) {
     check(openib_set_handler(st.t, TAG_NOTE, on_message, &st), "openib_set_handler", &st);
     check(openib_set_handler(st.t, TAG_DONE, on_message, &st), "openib_set_handler", &st);
     check(openib_set_handler(st.t, TAG_ATOMICS, on_message, &st), "openib_set_handler", &st);
+    check(openib_set_handler(st.t, TAG_ECHO, on_message, &st), "openib_set_handler", &st);
 
     /* exposed: [0, REGION) for the peer's get, [REGION, 2 REGION) for the peer's put, then the
      * two counters of the atomics at CNT_OFF and CNT2_OFF. */
@@ -727,9 +750,20 @@ int main(int argc, char **argv) {
         pthread_join(threads[k], NULL);
     if (has_failed(&st))
         goto out;
-    if (st.reentrant_rc != OPENIB_ERR_REENTRANT)
-        FAIL(&st, "openib_send from a callback returned %d, not OPENIB_ERR_REENTRANT",
-             st.reentrant_rc);
+    if (!st.reentrant_tried)
+        FAIL(&st, "message %d of stream 0 never reached its callback", ECHO_I);
+    else if (st.echo_rc != OPENIB_OK)
+        FAIL(&st, "openib_send from a callback returned %d, not OPENIB_OK", st.echo_rc);
+    else if (st.flush_rc != OPENIB_ERR_REENTRANT)
+        FAIL(&st, "openib_flush from a callback returned %d, not OPENIB_ERR_REENTRANT",
+             st.flush_rc);
+    else if (st.poll_rc != OPENIB_ERR_REENTRANT)
+        FAIL(&st, "openib_poll_completion from a callback returned %d, not OPENIB_ERR_REENTRANT",
+             st.poll_rc);
+    else if (st.progress_rc != 0)
+        FAIL(&st, "openib_progress from a callback returned %d, not 0", st.progress_rc);
+    else if (st.echo_seen != 1)
+        FAIL(&st, "our message came back %d times from the peer's callback", st.echo_seen);
 
     /* Get: the peer's exposed[GET_ROFF, REGION) into get_dst[GET_OFF, ...). */
     if (!check(openib_get(st.t, st.peer, get_dst, GET_OFF, &st.peer_region, GET_ROFF, GET_LEN,

@@ -214,10 +214,26 @@ unsafe extern "C" fn registered(status: p::pmix_status_t, refid: usize, cbdata: 
     op.done.complete((status, refid));
 }
 
-unsafe extern "C" fn deregistered(_status: p::pmix_status_t, cbdata: *mut c_void) {
-    // SAFETY: `cbdata` is the Arc<FailedSet> reference PMIx held as the return object; the
+/// A pending deregistration: the set reference PMIx held, released when PMIx confirms, and
+/// the confirmation [`deregister`] waits for.
+struct DeregOp {
+    held: *const FailedSet,
+    done: Completion<i32>,
+}
+
+// SAFETY: `held` is an Arc<FailedSet> reference (FailedSet is Sync), only handed back once.
+unsafe impl Send for DeregOp {}
+// SAFETY: as above; `held` is never dereferenced through `&DeregOp`.
+unsafe impl Sync for DeregOp {}
+
+unsafe extern "C" fn deregistered(status: p::pmix_status_t, cbdata: *mut c_void) {
+    // SAFETY: `cbdata` is the Arc<DeregOp> reference handed to PMIx in `deregister`.
+    let op = unsafe { Arc::from_raw(cbdata as *const DeregOp) };
+    // SAFETY: `held` is the Arc<FailedSet> reference PMIx held as the return object; the
     // handler is gone now, so nothing reads it any more.
-    drop(unsafe { Arc::from_raw(cbdata as *const FailedSet) });
+    drop(unsafe { Arc::from_raw(op.held) });
+    // Last: the waiter may return (and the library be unloaded) right after this.
+    op.done.complete(status);
 }
 
 /// A registered handler: its PMIx reference id and the set reference PMIx holds.
@@ -277,21 +293,45 @@ pub(crate) fn register(lib: &p::PmixLib, set: &Arc<FailedSet>) -> Result<Registr
     }
 }
 
-/// `PMIx_Deregister_event_handler`; the set reference PMIx held is released when PMIx confirms.
+/// `PMIx_Deregister_event_handler`; the set reference PMIx held is released when PMIx
+/// confirms, which this waits for (up to [`REGISTER_TIMEOUT`]): PMIx confirms by calling
+/// [`deregistered`] from its progress thread, and the code of this library must still be
+/// there when it does. A client inside an Open MPI component (the `oib` BTL) is dropped at
+/// the component's finalize, and Open MPI unloads the component right after: returning before
+/// the confirmation let PMIx's thread call into unloaded code (a segfault in MPI_Finalize,
+/// about one run in two with 3 ranks in the guest).
 pub(crate) fn deregister(lib: &p::PmixLib, reg: Registration) {
+    let op = Arc::new(DeregOp {
+        held: reg.held,
+        done: Completion::new(),
+    });
+    let cbdata = Arc::into_raw(Arc::clone(&op)) as *mut c_void;
     // SAFETY: `refid` came from a successful registration; `deregistered` matches
-    // pmix_op_cbfunc_t and takes back `held` once PMIx is done (or it leaks if it never calls).
-    let rc = unsafe {
-        lib.PMIx_Deregister_event_handler(reg.refid, Some(deregistered), reg.held as *mut c_void)
-    };
+    // pmix_op_cbfunc_t and takes back `cbdata` (and the set reference in it) when PMIx is done,
+    // or both leak if it never calls.
+    let rc = unsafe { lib.PMIx_Deregister_event_handler(reg.refid, Some(deregistered), cbdata) };
     if rc == p::PMIX_OPERATION_SUCCEEDED {
-        // Done at once, no callback will come: release the reference here.
-        // SAFETY: the handler is gone; this is the reference PMIx held.
+        // Done at once, no callback will come: release both references here.
+        // SAFETY: the reference made for PMIx above, not used by it.
+        drop(unsafe { Arc::from_raw(cbdata as *const DeregOp) });
+        // SAFETY: the handler is gone; this is the set reference PMIx held.
         drop(unsafe { Arc::from_raw(reg.held) });
     } else if rc != p::PMIX_SUCCESS as i32 {
         tracing::debug!(
             rc,
             "PMIx_Deregister_event_handler refused; the failed set is leaked"
+        );
+        // SAFETY: refused, PMIx will not call back: the reference made for it comes back.
+        drop(unsafe { Arc::from_raw(cbdata as *const DeregOp) });
+    } else if op
+        .done
+        .wait(Some(Instant::now() + REGISTER_TIMEOUT))
+        .is_none()
+    {
+        tracing::warn!(
+            timeout = ?REGISTER_TIMEOUT,
+            "PMIx did not confirm the removal of the termination event handler; if this \
+             library is unloaded before it does, PMIx calls into unloaded code"
         );
     }
 }

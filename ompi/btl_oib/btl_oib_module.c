@@ -326,6 +326,7 @@ static int oib_finalize(struct mca_btl_base_module_t *btl)
         opal_output_verbose(1, OIB_OUT, "btl: oib: close: %s", openib_last_error());
     }
     m->t = NULL;
+    mca_btl_oib_rdma_fini(m);
     rx_free_all(m);
     /* Sends never completed: their descriptors go back with the free list. */
     m->sends_head = m->sends_tail = NULL;
@@ -419,7 +420,8 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
     while (1 == openib_poll_completion(m->t, &c)) {
         mca_btl_oib_frag_t *frag = sends_take(m, c.token);
         if (NULL == frag) {
-            continue; /* not a send of ours (none other is made yet) */
+            count += mca_btl_oib_rdma_completion(m, &c); /* a put, get or atomic */
+            continue;
         }
         int status = opal_code(c.status);
         if (OPAL_SUCCESS != status) {
@@ -439,6 +441,7 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
         }
         count++;
     }
+    count += mca_btl_oib_rdma_deliver(m);
     count += deliver(m);
     return count;
 }
@@ -475,10 +478,11 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
     if (m->super.btl_max_send_size < m->super.btl_eager_limit) {
         m->super.btl_max_send_size = m->super.btl_eager_limit;
     }
-    /* Only the send path for now: no put/get, no registration (docs/OMPI.md). */
-    m->super.btl_flags &= MCA_BTL_FLAGS_SEND;
+    /* Sends always; put, get and atomics unless btl_oib_flags leaves them out (btl_oib_rdma.c
+     * sets their table entries and limits). */
+    m->super.btl_flags &= MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET
+                          | MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS;
     m->super.btl_flags |= MCA_BTL_FLAGS_SEND;
-    m->super.btl_registration_handle_size = 0;
     m->super.btl_add_procs = oib_add_procs;
     m->super.btl_del_procs = oib_del_procs;
     m->super.btl_finalize = oib_finalize;
@@ -502,6 +506,11 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
                                  opal_cache_line_size, 16, -1, 32, NULL, 0, NULL, NULL, NULL);
     if (OPAL_SUCCESS != rc) {
         opal_output_verbose(1, OIB_OUT, "btl: oib: no module: no descriptor free list (%d)", rc);
+        (void) oib_finalize(&m->super);
+        return NULL;
+    }
+    rc = mca_btl_oib_rdma_init(m);
+    if (OPAL_SUCCESS != rc) {
         (void) oib_finalize(&m->super);
         return NULL;
     }

@@ -207,6 +207,9 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
         if (NULL == op) {
             return count;
         }
+        /* Counted done before its callback (btl.h: a flush need not wait for callbacks), so
+         * that a callback that flushes does not wait for itself. */
+        __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
         if (NULL != op->cbfunc) {
             op->cbfunc(&m->super, op->endpoint, op->local_address, op->local_handle,
                        op->cbcontext, op->cbdata, rdma_code(op->status));
@@ -217,7 +220,6 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
                         "oib: RDMA operation failed");
         }
         free(op);
-        __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
         count++;
     }
 }
@@ -421,8 +423,8 @@ static int oib_atomic_cswap(struct mca_btl_base_module_t *btl, struct mca_btl_ba
                   cbdata, local_address);
 }
 
-/* Waits until every put, get and atomic started before has completed and had its callback
- * (all endpoints: btl.h allows ignoring `ep`). Progresses meanwhile; an endpoint that fails
+/* Waits until every put, get and atomic started before has completed and its callback has
+ * started (all endpoints: btl.h allows ignoring `ep`). Progresses meanwhile; an endpoint that fails
  * completes its operations with an error, so this ends. */
 static int oib_flush(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep)
 {

@@ -201,3 +201,95 @@ fn mpirun_self_oib_large_messages_take_the_rdma_path() {
         eprintln!("{name}: ok");
     }
 }
+
+/// tests/c/ompi_btl_rdma.c compiled with mpicc against Open MPI's internal headers (it calls
+/// the oib module through the BML, below ob1), linked with libopen-pal for opal_progress.
+fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
+    use prereq::Unmet;
+    use std::process::Command;
+    ompi::have_ompi_dev()?;
+    let dirs = |what: &str| -> Result<Vec<String>, Unmet> {
+        let o = Command::new("mpicc")
+            .arg(format!("--showme:{what}"))
+            .output()
+            .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+        Ok(String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect())
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
+    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
+    let exe = dir.join("ompi_btl_rdma");
+    let tmp = dir.join(format!("ompi_btl_rdma.{}", std::process::id()));
+    let mut c = Command::new("mpicc");
+    c.args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]);
+    // Open MPI's inline atomics need 16-byte compare-and-swap (as scripts/build-oib says).
+    if cfg!(target_arch = "x86_64") {
+        c.arg("-mcx16");
+    }
+    for d in dirs("incdirs")? {
+        c.arg(format!("-I{d}"));
+    }
+    c.arg("-o")
+        .arg(&tmp)
+        .arg(ompi::root().join("tests/c/ompi_btl_rdma.c"));
+    for d in dirs("libdirs")? {
+        c.arg(format!("-L{d}"));
+    }
+    c.arg("-lopen-pal");
+    let o = c
+        .output()
+        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+    if !o.status.success() {
+        let (out, err) = ompi::text(&o);
+        return Err(Unmet::Broken(format!(
+            "mpicc tests/c/ompi_btl_rdma.c failed: {out}{err}"
+        )));
+    }
+    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
+    Ok(exe)
+}
+
+/// The module's one-sided entry points called directly through the BML, as Open MPI's
+/// one-sided layer will (tests/c/ompi_btl_rdma.c, 2 ranks): btl_register_mem and the
+/// 24-byte handle, btl_put and btl_get of 512 KiB + 3 checked byte by byte, btl_flush
+/// (returns only after the callbacks), 10 fetching adds with every old value, 2
+/// compare-and-swaps, a non-fetching add, the final counters at their owner, the refusal of
+/// 32-bit, AND and misaligned atomics, btl_deregister_mem. The finalize counters agree: one
+/// put, one get and 13 atomics per rank. Before the component had them these entry points
+/// were NULL (the program then finds no oib among the RDMA BTLs and aborts).
+#[test]
+fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
+    if harness::skip_guest("softroce_ompi_oib btl rdma") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(btl_rdma_program()) else {
+        return;
+    };
+    let dir = so.parent().expect("dir").display().to_string();
+    let script = format!(
+        "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
+         echo '=== btl-rdma'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,oib --mca btl_base_verbose 5 {exe} 2>&1; echo \"exit $?\"\n\
+         echo '=== end'\n",
+        exe = exe.display()
+    );
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    let text = harness::section(&out, "btl-rdma").unwrap_or_else(|| panic!("no section: {out}"));
+    assert!(text.contains("exit 0"), "mpirun failed:\n{text}");
+    for r in 0..2 {
+        assert!(
+            text.contains(&format!("ompi_btl_rdma: rank {r} ok")),
+            "rank {r}:\n{text}"
+        );
+        let want = format!(
+            "btl: oib: rank {r}: rdma: 1 registrations, 1 puts (524291 bytes), 1 gets \
+             (524291 bytes), 13 atomics"
+        );
+        assert!(text.contains(&want), "rank {r}: no '{want}':\n{text}");
+    }
+}

@@ -70,8 +70,8 @@ enum openib_error {
 /* The transport of this process. Opaque; from openib_open, released by openib_close. */
 typedef struct openib_t openib_t;
 
-/* A registered memory region allocated by the transport. Opaque; from openib_mem_alloc,
- * released by openib_mem_free. */
+/* A registered memory region: allocated by the transport (openib_mem_alloc) or the caller's
+ * memory registered where it is (openib_mem_register). Opaque; released by openib_mem_free. */
 typedef struct openib_mem_t openib_mem_t;
 
 /* Where a peer finds a region: plain data, 24 bytes without padding, meant to be sent to the
@@ -189,6 +189,19 @@ int openib_sendi(openib_t *t, uint32_t peer, uint8_t tag, const void *buf, size_
  * region belongs to `t`: use it only with `t`. */
 int openib_mem_alloc(openib_t *t, size_t len, openib_mem_t **out);
 
+/* Registers `len` (> 0) bytes at `ptr`, memory the caller owns (malloc'ed, static, mmap'ed,
+ * any alignment), for local and remote access (remote read, write and atomics) and writes
+ * the region to *out (NULL on failure). The region belongs to `t`. openib_mem_ptr,
+ * openib_mem_len and openib_mem_remote work on it as on an allocated region (ptr and len),
+ * and so do openib_send_mem, openib_put/get, the atomics and their *_addr forms.
+ * openib_mem_free only deregisters it: the memory is not freed and stays the caller's. The
+ * memory must stay allocated until openib_mem_free AND every operation on the region has
+ * completed (the kernel pins its pages meanwhile; freeing them earlier lets peers' writes land
+ * in memory the allocator hands out again). Errors: OPENIB_ERR_INVALID (NULL ptr, len 0),
+ * OPENIB_ERR_VERBS (the device refused the registration, e.g. over the locked-memory limit;
+ * openib_last_error says why). */
+int openib_mem_register(openib_t *t, void *ptr, size_t len, openib_mem_t **out);
+
 /* The region's memory, openib_mem_len(mem) bytes, which the caller reads and writes directly.
  * Peers' puts, gets and atomics access it too: read it only after a completion or a message
  * says a put or atomic into it is done. NULL for a NULL region. */
@@ -202,7 +215,8 @@ int openib_mem_remote(const openib_mem_t *mem, openib_remote_t *out);
 
 /* Frees a region (deregisters it, then frees its memory). An operation still in flight keeps
  * the registration alive until it completes, but its data is then unspecified. NULL is a
- * no-op (OPENIB_OK). */
+ * no-op (OPENIB_OK). A region of openib_mem_register is only deregistered (once its last
+ * operation in flight completes); its memory is not freed. */
 int openib_mem_free(openib_mem_t *mem);
 
 /* RDMA write of mem[offset, offset+len) to the peer's region `remote` at `roffset`. Checked:
@@ -238,6 +252,28 @@ int openib_fetch_add(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offse
 int openib_compare_swap(openib_t *t, uint32_t peer, openib_mem_t *mem, size_t offset,
                         const openib_remote_t *remote, uint64_t roffset, uint64_t compare,
                         uint64_t swap, uint64_t *token_out);
+
+/* Put, get and atomics by address (what an MPI layer holds: a local address inside a
+ * registration and a remote address inside a peer's registration handle). The same as
+ * openib_put, openib_get, openib_fetch_add and openib_compare_swap with
+ * offset = local - openib_mem_ptr(local_mem) and roffset = remote_addr - remote->addr; both
+ * ranges (len bytes, 8 for atomics) must lie inside their regions (OPENIB_ERR_RANGE,
+ * openib_last_error says which: "local" or "remote"). `local` NULL is OPENIB_ERR_INVALID.
+ * A remote handle whose key the peer does not know (a foreign or stale handle) is not caught
+ * here: the operation's completion carries the failure (OPENIB_ERR_VERBS or
+ * OPENIB_ERR_ENDPOINT_FAILED, and the connection to that peer fails, as verbs make it). */
+int openib_put_addr(openib_t *t, uint32_t peer, const void *local, openib_mem_t *local_mem,
+                    uint64_t remote_addr, const openib_remote_t *remote, size_t len,
+                    uint64_t *token_out);
+int openib_get_addr(openib_t *t, uint32_t peer, void *local, openib_mem_t *local_mem,
+                    uint64_t remote_addr, const openib_remote_t *remote, size_t len,
+                    uint64_t *token_out);
+int openib_fetch_add_addr(openib_t *t, uint32_t peer, void *local, openib_mem_t *local_mem,
+                          uint64_t remote_addr, const openib_remote_t *remote, uint64_t add,
+                          uint64_t *token_out);
+int openib_compare_swap_addr(openib_t *t, uint32_t peer, void *local, openib_mem_t *local_mem,
+                             uint64_t remote_addr, const openib_remote_t *remote,
+                             uint64_t compare, uint64_t swap, uint64_t *token_out);
 
 /* --- progress and completions ------------------------------------------------------------- */
 

@@ -251,3 +251,33 @@ fn mca_parameters_reach_the_transport_settings() {
         }
     }
 }
+
+/// The component is linked `-z nodelete` (scripts/build-oib): Open MPI's dlclose after
+/// MPI_Finalize leaves it mapped, so a late call from libpmix's progress thread into the
+/// transport's PMIx callbacks cannot land in unmapped code. Without it a rank now and then
+/// died of SIGSEGV after "unloading component oib" (seen in softroce_ompi_oib's np3 and in
+/// a 2-rank ompi_large run).
+#[test]
+fn the_component_is_never_unloaded() {
+    let Some(so) = prereq::require(component()) else {
+        return;
+    };
+    if !prereq::have(
+        runs("readelf", "--version"),
+        "readelf is not installed (binutils)",
+    ) {
+        return;
+    }
+    let o = Command::new("readelf")
+        .arg("-d")
+        .arg(&so)
+        .output()
+        .expect("readelf");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "readelf -d failed: {out}{err}");
+    let flags = out
+        .lines()
+        .find(|l| l.contains("(FLAGS_1)"))
+        .unwrap_or_else(|| panic!("no FLAGS_1 in {}:\n{out}", so.display()));
+    assert!(flags.contains("NODELETE"), "{flags}");
+}

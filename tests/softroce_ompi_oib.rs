@@ -78,3 +78,218 @@ fn mpirun_self_oib_exchanges_checked_messages_with_2_3_and_4_ranks() {
         );
     }
 }
+
+/// tests/c/ompi_large.c compiled with mpicc beside ompi_hello (see [`ompi::hello`]).
+fn large() -> Result<std::path::PathBuf, prereq::Unmet> {
+    use prereq::Unmet;
+    use std::process::Command;
+    ompi::have_ompi_dev()?;
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
+    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
+    let exe = dir.join("ompi_large");
+    let tmp = dir.join(format!("ompi_large.{}", std::process::id()));
+    let o = Command::new("mpicc")
+        .args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&tmp)
+        .arg(ompi::root().join("tests/c/ompi_large.c"))
+        .output()
+        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+    if !o.status.success() {
+        let (out, err) = ompi::text(&o);
+        return Err(Unmet::Broken(format!(
+            "mpicc tests/c/ompi_large.c failed: {out}{err}"
+        )));
+    }
+    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
+    Ok(exe)
+}
+
+/// The numbers of one rank's finalize line (`btl_base_verbose` 5): "btl: oib: rank R: rdma:
+/// X registrations, P puts (PB bytes), G gets (GB bytes), A atomics", as (X, PB, GB).
+fn rdma_counters(text: &str, rank: u32) -> Option<(u64, u64, u64)> {
+    let head = format!("btl: oib: rank {rank}: rdma: ");
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
+    let nums: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("digits"))
+        .collect();
+    (nums.len() == 6).then(|| (nums[0], nums[2], nums[4]))
+}
+
+/// Large messages (1 MiB, 1 MiB + 5 at odd addresses, 16 MiB, 64 MiB in a ring; with 4 ranks
+/// also 16 MiB to both neighbours at once; tests/c/ompi_large.c, every byte checked) take
+/// ob1's RDMA path over oib: the component counts what it moved by put and get and prints it
+/// at finalize (btl_base_verbose 5), and the test compares that with the bytes each rank
+/// received and checked.
+/// - np2, np4 (defaults): ob1 registers both buffers and the receiver gets the whole message
+///   (RGET): every checked byte came by the receiver's gets, and none by put.
+/// - np2-put (`mpi_leave_pinned 0`): ob1's pipeline, where the receiver registers pieces of its
+///   buffer and the sender puts into them: at least 62 MiB by put (the 64 MiB message less at
+///   most its first pieces sent by send).
+/// - np2-send (`btl_oib_flags send`): RDMA off, the same data by send only: the counters stay
+///   at 0 (they measure, they are not always positive).
+///
+/// Before btl_register_mem/put/get existed (the component was send-only) the counter line did
+/// not exist and the RDMA cases failed here.
+#[test]
+fn mpirun_self_oib_large_messages_take_the_rdma_path() {
+    if harness::skip_guest("softroce_ompi_oib large") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(large()) else {
+        return;
+    };
+    const MIB: u64 = 1 << 20;
+    let dir = so.parent().expect("dir").display().to_string();
+    let cases: [(&str, u32, &str); 4] = [
+        ("np2", 2, ""),
+        ("np4", 4, ""),
+        ("np2-put", 2, "--mca mpi_leave_pinned 0"),
+        ("np2-send", 2, "--mca btl_oib_flags send"),
+    ];
+    let mut script = format!("export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n");
+    for (name, n, extra) in cases {
+        script.push_str(&format!(
+            "echo '=== {name}'; timeout 400 mpirun --oversubscribe -np {n} --mca pml ob1 \
+             --mca btl self,oib --mca btl_base_verbose 5 {extra} {exe} 2>&1; \
+             echo \"exit $?\"\n",
+            exe = exe.display()
+        ));
+    }
+    script.push_str("echo '=== end'\n");
+    let out = harness::guest_run_ok(
+        &["--timeout", "1500", "--mem", "3072"],
+        &["sh", "-c", &script],
+    );
+    for (name, n, _) in cases {
+        let text = harness::section(&out, name).unwrap_or_else(|| panic!("no {name}: {out}"));
+        assert!(text.contains("exit 0"), "{name}: mpirun failed:\n{text}");
+        for r in 0..n {
+            let head = format!("ompi_large: rank {r} of {n} ok (");
+            let checked: u64 = text
+                .lines()
+                .find_map(|l| l.strip_prefix(&head))
+                .and_then(|t| t.split(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: rank {r} did not check its messages:\n{text}"));
+            let ring = 82 * MIB + 5;
+            let want = if n > 2 { ring + 32 * MIB } else { ring };
+            assert_eq!(checked, want, "{name}: rank {r}");
+            let (regs, put, get) = rdma_counters(&text, r)
+                .unwrap_or_else(|| panic!("{name}: no RDMA counters of rank {r}:\n{text}"));
+            match name {
+                "np2" | "np4" => {
+                    assert_eq!((get, put), (checked, 0), "{name}: rank {r}:\n{text}");
+                    assert!(regs > 0, "{name}: rank {r} registered nothing");
+                }
+                "np2-put" => {
+                    assert!(
+                        put >= 62 * MIB,
+                        "{name}: rank {r}: {put} bytes put:\n{text}"
+                    );
+                    assert!(put + get <= checked, "{name}: rank {r}: {put} + {get}");
+                }
+                _ => assert_eq!((regs, put, get), (0, 0, 0), "{name}: rank {r}:\n{text}"),
+            }
+        }
+        eprintln!("{name}: ok");
+    }
+}
+
+/// tests/c/ompi_btl_rdma.c compiled with mpicc against Open MPI's internal headers (it calls
+/// the oib module through the BML, below ob1), linked with libopen-pal for opal_progress.
+fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
+    use prereq::Unmet;
+    use std::process::Command;
+    ompi::have_ompi_dev()?;
+    let dirs = |what: &str| -> Result<Vec<String>, Unmet> {
+        let o = Command::new("mpicc")
+            .arg(format!("--showme:{what}"))
+            .output()
+            .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+        Ok(String::from_utf8_lossy(&o.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect())
+    };
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
+    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
+    let exe = dir.join("ompi_btl_rdma");
+    let tmp = dir.join(format!("ompi_btl_rdma.{}", std::process::id()));
+    let mut c = Command::new("mpicc");
+    c.args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]);
+    // Open MPI's inline atomics need 16-byte compare-and-swap (as scripts/build-oib says).
+    if cfg!(target_arch = "x86_64") {
+        c.arg("-mcx16");
+    }
+    for d in dirs("incdirs")? {
+        c.arg(format!("-I{d}"));
+    }
+    c.arg("-o")
+        .arg(&tmp)
+        .arg(ompi::root().join("tests/c/ompi_btl_rdma.c"));
+    for d in dirs("libdirs")? {
+        c.arg(format!("-L{d}"));
+    }
+    c.arg("-lopen-pal");
+    let o = c
+        .output()
+        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+    if !o.status.success() {
+        let (out, err) = ompi::text(&o);
+        return Err(Unmet::Broken(format!(
+            "mpicc tests/c/ompi_btl_rdma.c failed: {out}{err}"
+        )));
+    }
+    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
+    Ok(exe)
+}
+
+/// The module's one-sided entry points called directly through the BML, as Open MPI's
+/// one-sided layer will (tests/c/ompi_btl_rdma.c, 2 ranks): btl_register_mem and the
+/// 24-byte handle, btl_put and btl_get of 512 KiB + 3 checked byte by byte, btl_flush
+/// (returns only after the callbacks), 10 fetching adds with every old value, 2
+/// compare-and-swaps, a non-fetching add, the final counters at their owner, the refusal of
+/// 32-bit, AND and misaligned atomics, btl_deregister_mem. The finalize counters agree: one
+/// put, one get and 13 atomics per rank. Before the component had them these entry points
+/// were NULL (the program then finds no oib among the RDMA BTLs and aborts).
+#[test]
+fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
+    if harness::skip_guest("softroce_ompi_oib btl rdma") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(btl_rdma_program()) else {
+        return;
+    };
+    let dir = so.parent().expect("dir").display().to_string();
+    let script = format!(
+        "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
+         echo '=== btl-rdma'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,oib --mca btl_base_verbose 5 {exe} 2>&1; echo \"exit $?\"\n\
+         echo '=== end'\n",
+        exe = exe.display()
+    );
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    let text = harness::section(&out, "btl-rdma").unwrap_or_else(|| panic!("no section: {out}"));
+    assert!(text.contains("exit 0"), "mpirun failed:\n{text}");
+    for r in 0..2 {
+        assert!(
+            text.contains(&format!("ompi_btl_rdma: rank {r} ok")),
+            "rank {r}:\n{text}"
+        );
+        let want = format!(
+            "btl: oib: rank {r}: rdma: 1 registrations, 1 puts (524291 bytes), 1 gets \
+             (524291 bytes), 13 atomics"
+        );
+        assert!(text.contains(&want), "rank {r}: no '{want}':\n{text}");
+    }
+}

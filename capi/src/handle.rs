@@ -143,10 +143,47 @@ impl openib_t {
     }
 }
 
-/// A registered region allocated by the transport (`openib_mem_t`).
+/// A registered region (`openib_mem_t`): allocated by the transport (`openib_mem_alloc`) or
+/// the caller's memory registered where it is (`openib_mem_register`).
 pub struct openib_mem_t {
     pub(crate) owner: u64,
-    pub(crate) mr: Arc<MemoryRegion>,
+    pub(crate) mr: Mr,
+}
+
+/// Whose bytes a region holds.
+pub(crate) enum Mr {
+    /// The transport's allocation (freed with the region).
+    Alloc(Arc<MemoryRegion>),
+    /// The caller's bytes (only deregistered with the region).
+    Caller(Arc<ForeignRegion>),
+}
+
+impl Mr {
+    /// The region as the transport's put/get/atomics take it.
+    pub(crate) fn local(&self) -> LocalRegion {
+        match self {
+            Mr::Alloc(m) => m.clone(),
+            Mr::Caller(m) => m.clone(),
+        }
+    }
+    pub(crate) fn addr(&self) -> u64 {
+        match self {
+            Mr::Alloc(m) => m.addr(),
+            Mr::Caller(m) => m.addr(),
+        }
+    }
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Mr::Alloc(m) => m.len(),
+            Mr::Caller(m) => m.len(),
+        }
+    }
+    pub(crate) fn remote(&self) -> RemoteRegion {
+        match self {
+            Mr::Alloc(m) => RemoteRegion::of(m),
+            Mr::Caller(m) => RemoteRegion::of(m),
+        }
+    }
 }
 
 /// A region's remote handle as plain bytes (`openib_remote_t`, 24 bytes, no padding).

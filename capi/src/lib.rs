@@ -25,7 +25,8 @@ use openib_ports::hw::HwError;
 use openib_rs::modex::exchange::ExchangeMode;
 use openib_rs::ping::{PingConfig, PingError};
 use openib_rs::transport::{
-    AtomicOp, BacklogWarning, Completion, RemoteRegion, Transport, TransportConfig, TransportError,
+    AtomicOp, BacklogWarning, Completion, LocalRegion, RemoteRegion, Transport, TransportConfig,
+    TransportError,
 };
 use openib_sys::Region;
 use openib_sys::{ForeignRegion, MemoryRegion};

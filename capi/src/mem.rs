@@ -1,4 +1,5 @@
-//! Regions the transport allocates and registers (`openib_mem_t`).
+//! Registered regions (`openib_mem_t`): memory the transport allocates and registers, and
+//! memory the caller owns that it registers where it is.
 
 use super::*;
 
@@ -21,7 +22,60 @@ pub unsafe extern "C" fn openib_mem_alloc(
             return Err(Fail::new(OPENIB_ERR_INVALID, "len is 0"));
         }
         let mr = h.lock()?.t().register(len)?;
-        let m = Box::new(openib_mem_t { owner: h.id, mr });
+        let m = Box::new(openib_mem_t {
+            owner: h.id,
+            mr: Mr::Alloc(mr),
+        });
+        // SAFETY: as above.
+        unsafe { put_out(out, Box::into_raw(m), "out") }?;
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Registers `len` bytes at `ptr`, memory the caller owns, for local and remote access (remote
+/// read, write and atomics) and writes the region to `*out` (NULL on failure). Releasing the
+/// region (`openib_mem_free`) only deregisters: the memory stays the caller's.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `out` is NULL or writable; `ptr..ptr+len` is memory of this
+/// process that stays allocated until the region is freed and every operation on it has
+/// completed, and that peers and this process's gets and atomics may write meanwhile.
+#[no_mangle]
+pub unsafe extern "C" fn openib_mem_register(
+    t: *mut openib_t,
+    ptr: *mut c_void,
+    len: usize,
+    out: *mut *mut openib_mem_t,
+) -> c_int {
+    call("openib_mem_register", || {
+        // SAFETY: the caller's contract on `out` and `t`.
+        unsafe { put_out(out, std::ptr::null_mut(), "out") }?;
+        // SAFETY: as above.
+        let h = unsafe { handle(t) }?;
+        if ptr.is_null() {
+            return Err(null("ptr"));
+        }
+        if len == 0 {
+            return Err(Fail::new(OPENIB_ERR_INVALID, "len is 0"));
+        }
+        if (ptr as usize).checked_add(len).is_none() {
+            return Err(Fail::new(
+                OPENIB_ERR_INVALID,
+                format!("ptr {ptr:p} + len {len} wraps around the address space"),
+            ));
+        }
+        let mut l = h.lock()?;
+        // SAFETY: the caller's contract on `ptr..ptr+len` (allocated until the region and
+        // the operations on it are gone; writable by the HCA meanwhile).
+        let mr = unsafe {
+            ForeignRegion::register_writable(l.t().protection_domain(), ptr.cast::<u8>(), len)
+        }
+        .map_err(TransportError::from)?;
+        drop(l);
+        let m = Box::new(openib_mem_t {
+            owner: h.id,
+            mr: Mr::Caller(Arc::new(mr)),
+        });
         // SAFETY: as above.
         unsafe { put_out(out, Box::into_raw(m), "out") }?;
         Ok(OPENIB_OK)
@@ -67,7 +121,7 @@ pub unsafe extern "C" fn openib_mem_remote(
     call("openib_mem_remote", || {
         // SAFETY: the caller's contract on `mem` and `out`.
         let m = unsafe { region(mem) }?;
-        let r = RemoteRegion::of(&m.mr);
+        let r = m.mr.remote();
         let v = openib_remote_t {
             addr: r.addr,
             rkey: r.rkey,
@@ -82,14 +136,18 @@ pub unsafe extern "C" fn openib_mem_remote(
 
 /// Frees a region. Operations still in flight keep its registration until they complete (the
 /// memory stays valid for the HCA), but their data is then unspecified. NULL is a no-op.
+/// A region of `openib_mem_register` is only deregistered (when its last operation in flight
+/// completes): its memory stays the caller's, to free after that.
 ///
 /// # Safety
-/// `mem` is NULL or a region from `openib_mem_alloc`, not freed before and not used after.
+/// `mem` is NULL or a region from `openib_mem_alloc` or `openib_mem_register`, not freed
+/// before and not used after.
 #[no_mangle]
 pub unsafe extern "C" fn openib_mem_free(mem: *mut openib_mem_t) -> c_int {
     call("openib_mem_free", || {
         if !mem.is_null() {
-            // SAFETY: `mem` came from Box::into_raw in openib_mem_alloc; not used after this.
+            // SAFETY: `mem` came from Box::into_raw in openib_mem_alloc or
+            // openib_mem_register; not used after this.
             drop(unsafe { Box::from_raw(mem) });
         }
         Ok(OPENIB_OK)

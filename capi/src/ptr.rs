@@ -106,3 +106,14 @@ pub(crate) fn owned_by(m: &openib_mem_t, h: &openib_t) -> Result<(), Fail> {
 pub(crate) fn to_int(n: usize) -> c_int {
     c_int::try_from(n).unwrap_or(c_int::MAX)
 }
+
+/// `offset..offset+len` must lie inside a region of `size` bytes ([`OPENIB_ERR_RANGE`]).
+pub(crate) fn check_range_of(size: usize, offset: usize, len: usize) -> Result<(), Fail> {
+    if offset.checked_add(len).is_none_or(|e| e > size) {
+        return Err(Fail::new(
+            OPENIB_ERR_RANGE,
+            format!("range {offset}+{len} is outside the {size}-byte region"),
+        ));
+    }
+    Ok(())
+}

@@ -47,7 +47,20 @@ pub unsafe extern "C" fn openib_send_mem(
         // SAFETY: the caller's contract on `t` and `mem`.
         let (h, m) = unsafe { (handle(t)?, region(mem)?) };
         owned_by(m, h)?;
-        let token = h.lock()?.t().send_region(peer, tag, &m.mr, offset, len)?;
+        let mr = match &m.mr {
+            Mr::Alloc(mr) => mr,
+            Mr::Caller(c) => {
+                // The caller's registered bytes: sent as openib_send_nocopy sends them.
+                check_range_of(c.len(), offset, len)?;
+                let at = (c.addr() as usize + offset) as *const c_void;
+                // SAFETY: inside the caller's registered memory (checked), which the caller
+                // keeps allocated and, for this send, unchanged until its completion.
+                let data = unsafe { bytes(at, len) }?;
+                // SAFETY: as above; the caller's contract on `token_out`.
+                return unsafe { nocopy(h, peer, tag, data, token_out) };
+            }
+        };
+        let token = h.lock()?.t().send_region(peer, tag, mr, offset, len)?;
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)
@@ -75,6 +88,25 @@ pub unsafe extern "C" fn openib_send_nocopy(
     call("openib_send_nocopy", || {
         // SAFETY: the caller's contract on `t` and `buf`.
         let (h, data) = unsafe { (handle(t)?, bytes(buf, len)?) };
+        // SAFETY: the caller's contract on `buf` and `token_out`.
+        unsafe { nocopy(h, peer, tag, data, token_out) }
+    })
+}
+
+/// The body of [`openib_send_nocopy`] (and of [`openib_send_mem`] on caller memory).
+///
+/// # Safety
+/// `data` stays allocated and unchanged until the send's completion when it is above the
+/// eager limit; `token_out` is NULL or writable.
+unsafe fn nocopy(
+    h: &openib_t,
+    peer: u32,
+    tag: u8,
+    data: &[u8],
+    token_out: *mut u64,
+) -> Result<c_int, Fail> {
+    let len = data.len();
+    {
         let mut g = h.lock()?;
         let token = if len <= h.eager_limit {
             g.t().send(peer, tag, data)?
@@ -89,7 +121,7 @@ pub unsafe extern "C" fn openib_send_nocopy(
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)
-    })
+    }
 }
 
 /// Immediate send of at most the eager limit: posted now, or [`OPENIB_ERR_BUSY`] (not

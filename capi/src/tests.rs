@@ -236,3 +236,78 @@ fn code_of_maps_transport_errors() {
         assert_eq!(code_of(&e), code, "{e}");
     }
 }
+
+/// The caller-memory and by-address entry points check their pointers before anything else.
+#[test]
+fn register_and_by_address_calls_check_their_pointers() {
+    let r = openib_remote_t {
+        addr: 0x1000,
+        rkey: 1,
+        reserved: 0,
+        len: 64,
+    };
+    let mut buf = [0u64; 8];
+    let p = buf.as_mut_ptr().cast::<c_void>();
+    // SAFETY: every pointer is NULL or points to a local; NULL is what is tested.
+    unsafe {
+        let mut m = std::ptr::dangling_mut::<openib_mem_t>();
+        assert_eq!(
+            openib_mem_register(null_mut(), p, 64, &mut m),
+            OPENIB_ERR_INVALID
+        );
+        assert!(m.is_null(), "*out is NULL on failure");
+        assert_eq!(last(), "openib_mem_register: t is NULL");
+        assert_eq!(
+            openib_mem_register(null_mut(), p, 64, null_mut()),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(last(), "openib_mem_register: out is NULL");
+        assert_eq!(
+            openib_put_addr(null_mut(), 1, p, null_mut(), 0x1000, &r, 8, null_mut()),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(last(), "openib_put_addr: t is NULL");
+        assert_eq!(
+            openib_get_addr(null_mut(), 1, p, null_mut(), 0x1000, &r, 8, null_mut()),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(last(), "openib_get_addr: t is NULL");
+        assert_eq!(
+            openib_fetch_add_addr(null_mut(), 1, p, null_mut(), 0x1000, &r, 1, null_mut()),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(last(), "openib_fetch_add_addr: t is NULL");
+        assert_eq!(
+            openib_compare_swap_addr(null_mut(), 1, p, null_mut(), 0x1000, &r, 0, 1, null_mut()),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(last(), "openib_compare_swap_addr: t is NULL");
+    }
+}
+
+/// Offsets of by-address calls: both ranges must lie inside their regions, and the error
+/// names the side that does not.
+#[test]
+fn by_address_ranges_are_checked_on_both_sides() {
+    assert_eq!(check_range_of(64, 56, 8).unwrap(), ());
+    assert_eq!(
+        check_range_of(64, 57, 8).unwrap_err().code,
+        OPENIB_ERR_RANGE
+    );
+    assert_eq!(
+        check_range_of(64, usize::MAX, 2).unwrap_err().code,
+        OPENIB_ERR_RANGE
+    );
+    let r = RemoteRegion {
+        addr: 0x2000,
+        rkey: 1,
+        len: 32,
+    };
+    let f = |local: u64, remote: u64, len: usize| offsets(0x1000, 64, local, &r, remote, len);
+    assert_eq!(f(0x1008, 0x2010, 16).unwrap(), (8, 0x10));
+    let e = f(0x0fff, 0x2000, 8).unwrap_err();
+    assert_eq!(e.code, OPENIB_ERR_RANGE);
+    assert!(e.msg.starts_with("local: "), "{}", e.msg);
+    let e = f(0x1000, 0x2019, 8).unwrap_err();
+    assert!(e.msg.starts_with("remote: "), "{}", e.msg);
+}

@@ -61,15 +61,6 @@ struct mca_btl_base_endpoint_t {
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 
-/* A completion whose send was not in the module's list yet: openib_send returned its token
- * to a thread that had not put the descriptor in the list when progress polled the
- * completion. Matched again on the next progress call. */
-typedef struct mca_btl_oib_orphan_t {
-    uint64_t token;
-    uint32_t peer;
-    int status;
-} mca_btl_oib_orphan_t;
-
 /* A send descriptor: one segment, its bytes in the free list's payload buffer (up to
  * btl_max_send_size). */
 typedef struct mca_btl_oib_frag_t {
@@ -78,8 +69,44 @@ typedef struct mca_btl_oib_frag_t {
     struct mca_btl_base_endpoint_t *endpoint;
     uint64_t token;                     /* the transport's token while a send is in flight */
     struct mca_btl_oib_frag_t *next;    /* in the module's list of sends in flight */
+    int early_status; /* its completion's status, when progress polled it before it was listed */
 } mca_btl_oib_frag_t;
 OBJ_CLASS_DECLARATION(mca_btl_oib_frag_t);
+
+/* A registration handle (btl_register_mem), as ob1 copies it into its headers for the peer:
+ * plain data, the transport's remote handle (24 bytes: address, rkey, length). */
+struct mca_btl_base_registration_handle_t {
+    openib_remote_t remote;
+};
+
+/* The local side of a registration: the transport's region, then the handle given out (the
+ * BTL gets the handle back and finds the region in front of it). */
+typedef struct mca_btl_oib_reg_t {
+    openib_mem_t *mem;
+    mca_btl_base_registration_handle_t handle;
+} mca_btl_oib_reg_t;
+
+/* A put, get or atomic of the upper layer, posted as one or more transport operations
+ * (pieces); its callback runs from progress once every piece completed. */
+typedef struct mca_btl_oib_rdma_t {
+    struct mca_btl_oib_rdma_t *next; /* in the module's queue of finished operations */
+    struct mca_btl_base_endpoint_t *endpoint;
+    void *local_address;
+    struct mca_btl_base_registration_handle_t *local_handle;
+    mca_btl_base_rdma_completion_fn_t cbfunc;
+    void *cbcontext, *cbdata;
+    int pending; /* pieces not completed (+1 while still posting); under rdma_lock */
+    int status;  /* the first failure of a piece (an openib error), or OPENIB_OK */
+} mca_btl_oib_rdma_t;
+
+/* A transport token: of a posted piece (op set), or of a completion that came before its
+ * poster recorded the token (op NULL, status kept). */
+typedef struct mca_btl_oib_token_t {
+    struct mca_btl_oib_token_t *next;
+    uint64_t token;
+    mca_btl_oib_rdma_t *op;
+    int status;
+} mca_btl_oib_token_t;
 
 /* The module: one per process for now (the transport serves the first usable port). */
 typedef struct mca_btl_oib_module_t {
@@ -87,30 +114,70 @@ typedef struct mca_btl_oib_module_t {
     openib_t *t;
     uint32_t rank, size;
     opal_free_list_t frags;
-    /* Sends in flight, oldest first (completions come back in about that order), and
-     * completions polled before their send was listed. send_lock is never held across a
-     * transport call: a receive callback runs with the transport's lock held and ob1 sends
-     * from it, so the order is always transport lock, then send_lock. */
+    /* Sends in flight, oldest first (completions come back in about that order), and sends
+     * whose completion came before they were listed (ready for progress to finish).
+     * send_lock is never held across a transport call: a receive callback runs with the
+     * transport's lock held and ob1 sends from it, so the order is always the transport's
+     * lock, then send_lock, then rdma_lock. */
     pthread_mutex_t send_lock;
     mca_btl_oib_frag_t *sends_head, *sends_tail;
-    mca_btl_oib_orphan_t *orphans;
-    size_t n_orphans, cap_orphans;
+    mca_btl_oib_frag_t *ready_head, *ready_tail;
     /* Set by finalize before it closes the transport: the close's flush may still receive,
      * but ob1 (whose callbacks may already be unloaded) is no longer told. */
     volatile bool closing;
-    /* One thread at a time takes completions and matches orphans (trylock: the others go). */
+    /* One thread at a time takes completions (trylock: the others go on). */
     pthread_mutex_t progress_lock;
     /* Endpoints by rank, made by add_procs. */
     mca_btl_base_endpoint_t **endpoints;
     mca_btl_base_module_error_cb_fn_t error_cb;
+    /* RDMA (btl_oib_rdma.c): pieces in flight and early completions by token, finished
+     * operations waiting for their callback, all under rdma_lock; rdma_inflight counts the
+     * operations whose callback has not run (btl_flush waits for 0). */
+    pthread_mutex_t rdma_lock;
+    mca_btl_oib_token_t *pieces, *early;
+    mca_btl_oib_rdma_t *done_head, *done_tail;
+    int64_t rdma_inflight;
+    /* Where the old values of non-fetching atomics land (never read). */
+    openib_mem_t *scratch;
+    /* Counters, printed at finalize (btl_base_verbose 5): how a test sees the RDMA path. */
+    uint64_t n_reg, n_put, put_bytes, n_get, get_bytes, n_atomic;
 } mca_btl_oib_module_t;
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
  * NULL after a verbose line saying why. */
 mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t);
 
-/* Progress of one module: the transport's, its completions, then the received messages. */
+/* Progress of one module: the transport's (receive callbacks run inside), then its
+ * completions. */
 int mca_btl_oib_module_progress(mca_btl_oib_module_t *m);
+
+/* RDMA (btl_oib_rdma.c): sets up the module's RDMA part and its table entries (register_mem,
+ * put, get, atomics, flush; limits and handle size); OPAL_SUCCESS or an error (with a verbose
+ * line). */
+int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m);
+/* Prints the counters (btl_base_verbose 5) and releases what init made. */
+void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m);
+/* A completion whose token is not a send's: 1 if it was an RDMA piece (or recorded as an
+ * early completion), which is always the case. */
+int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c);
+/* Runs the callbacks of finished operations; returns how many. */
+int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m);
+/* Takes the early completion of `token` (one progress polled before its poster recorded the
+ * token): true with its status in *status, false when there is none. */
+bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status);
+/* Put and get (also in the module defaults, so that btl_oib_put_limit/get_limit register). */
+int mca_btl_oib_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                    void *local_address, uint64_t remote_address,
+                    struct mca_btl_base_registration_handle_t *local_handle,
+                    struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                    void *cbcontext, void *cbdata);
+int mca_btl_oib_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                    void *local_address, uint64_t remote_address,
+                    struct mca_btl_base_registration_handle_t *local_handle,
+                    struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                    void *cbcontext, void *cbdata);
 
 /* Copies the MCA variables the user set into the OPENIB_* environment variables that
  * openib_open reads. Returns OPAL_SUCCESS, or OPAL_ERR_BAD_PARAM (with a verbose line) when

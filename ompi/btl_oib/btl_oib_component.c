@@ -58,7 +58,13 @@ mca_btl_base_module_t mca_btl_oib_module_defaults = {
     .btl_min_rdma_pipeline_size = 256 * 1024,
     .btl_latency = 4,
     .btl_bandwidth = 10000,
-    .btl_flags = MCA_BTL_FLAGS_SEND,
+    /* Put, get and 64-bit atomics (btl_oib_rdma.c); `--mca btl_oib_flags send` turns them off. */
+    .btl_flags = MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET
+                 | MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS,
+    .btl_atomic_flags = MCA_BTL_ATOMIC_SUPPORTS_ADD | MCA_BTL_ATOMIC_SUPPORTS_CSWAP,
+    /* Set so that btl_oib_put_limit and btl_oib_get_limit are registered (0: no limit). */
+    .btl_put = mca_btl_oib_put,
+    .btl_get = mca_btl_oib_get,
 };
 
 /* The BTL framework's output stream: `--mca btl_base_verbose N` sets its verbosity. */

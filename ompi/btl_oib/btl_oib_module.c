@@ -7,6 +7,10 @@
  * returns OPAL_SUCCESS and the descriptor's callback runs from progress when the transport
  * reports the send's completion (its token), with the transport's status.
  *
+ * Completions: openib_poll_completion's are matched to a send descriptor or an RDMA piece by
+ * token; no lock is held across a transport call, so one polled before its poster recorded
+ * the token is kept as early and claimed by the poster (oib_send, btl_oib_rdma.c).
+ *
  * Receives: the transport's receive callback hands the message to ob1's callback for its tag
  * (mca_btl_base_active_message_trigger) at once, on the transport's receive buffer, without a
  * copy. It runs inside openib_progress with the transport's lock held; ob1 sends, and later
@@ -188,11 +192,10 @@ static void sends_push(mca_btl_oib_module_t *m, mca_btl_oib_frag_t *frag)
     m->sends_tail = frag;
 }
 
-/* The send in flight with `token`, unlinked; NULL when there is none. */
+/* The send in flight with `token`, unlinked; NULL when there is none. send_lock held. */
 static mca_btl_oib_frag_t *sends_take(mca_btl_oib_module_t *m, uint64_t token)
 {
     mca_btl_oib_frag_t *prev = NULL;
-    pthread_mutex_lock(&m->send_lock);
     mca_btl_oib_frag_t *f = m->sends_head;
     while (NULL != f && f->token != token) {
         prev = f;
@@ -209,7 +212,6 @@ static mca_btl_oib_frag_t *sends_take(mca_btl_oib_module_t *m, uint64_t token)
         }
         f->next = NULL;
     }
-    pthread_mutex_unlock(&m->send_lock);
     return f;
 }
 
@@ -225,8 +227,8 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     }
     frag->endpoint = ep;
     des->des_flags |= MCA_BTL_DES_SEND_ALWAYS_CALLBACK;
-    /* Not under send_lock (see the module's struct): a completion polled before the push
-     * below waits among the orphans for the next progress call. */
+    /* Not under send_lock (see the module's struct): a completion polled before the
+     * descriptor is listed below is kept as early, and claimed here. */
     int rc = openib_send(m->t, ep->rank, tag, frag->segment.seg_addr.pval, frag->segment.seg_len,
                          &token);
     if (OPENIB_OK != rc) {
@@ -236,7 +238,18 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     }
     pthread_mutex_lock(&m->send_lock);
     frag->token = token;
-    sends_push(m, frag);
+    if (mca_btl_oib_rdma_claim_early(m, token, &frag->early_status)) {
+        /* progress polled its completion already: finished by the next progress call */
+        frag->next = NULL;
+        if (NULL == m->ready_tail) {
+            m->ready_head = frag;
+        } else {
+            m->ready_tail->next = frag;
+        }
+        m->ready_tail = frag;
+    } else {
+        sends_push(m, frag);
+    }
     pthread_mutex_unlock(&m->send_lock);
     return OPAL_SUCCESS;
 }
@@ -316,9 +329,10 @@ static int oib_finalize(struct mca_btl_base_module_t *btl)
         opal_output_verbose(1, OIB_OUT, "btl: oib: close: %s", openib_last_error());
     }
     m->t = NULL;
+    mca_btl_oib_rdma_fini(m);
     /* Sends never completed: their descriptors go back with the free list. */
     m->sends_head = m->sends_tail = NULL;
-    free(m->orphans);
+    m->ready_head = m->ready_tail = NULL;
     for (uint32_t r = 0; r < m->size; r++) {
         free(m->endpoints[r]);
     }
@@ -379,60 +393,28 @@ static void send_done(mca_btl_oib_module_t *m, mca_btl_oib_frag_t *frag, uint32_
     }
 }
 
-/* Keeps a completion whose send is not listed yet (false: out of memory, then it is lost
- * with a line at verbosity 1). */
-static bool orphan_keep(mca_btl_oib_module_t *m, const openib_completion_t *c)
-{
-    bool kept = true;
-    pthread_mutex_lock(&m->send_lock);
-    if (m->n_orphans == m->cap_orphans) {
-        size_t cap = m->cap_orphans ? 2 * m->cap_orphans : 16;
-        mca_btl_oib_orphan_t *o = realloc(m->orphans, cap * sizeof *o);
-        if (NULL == o) {
-            kept = false;
-        } else {
-            m->orphans = o;
-            m->cap_orphans = cap;
-        }
-    }
-    if (kept) {
-        m->orphans[m->n_orphans++] = (mca_btl_oib_orphan_t){c->token, c->peer, c->status};
-    }
-    pthread_mutex_unlock(&m->send_lock);
-    if (!kept) {
-        opal_output_verbose(1, OIB_OUT, "btl: oib: out of memory: completion %llu lost",
-                            (unsigned long long) c->token);
-    }
-    return kept;
-}
-
-/* Completes the orphans whose sends are listed by now; returns how many. */
-static int orphans_match(mca_btl_oib_module_t *m)
+/* Finishes the sends whose completion was polled before oib_send listed them (claimed from
+ * the early completions by oib_send). */
+static int ready_deliver(mca_btl_oib_module_t *m)
 {
     int count = 0;
-    size_t i = 0;
     for (;;) {
-        mca_btl_oib_orphan_t o;
         pthread_mutex_lock(&m->send_lock);
-        if (i >= m->n_orphans) {
-            pthread_mutex_unlock(&m->send_lock);
-            break;
+        mca_btl_oib_frag_t *frag = m->ready_head;
+        if (NULL != frag) {
+            m->ready_head = frag->next;
+            if (NULL == m->ready_head) {
+                m->ready_tail = NULL;
+            }
+            frag->next = NULL;
         }
-        o = m->orphans[i];
         pthread_mutex_unlock(&m->send_lock);
-        mca_btl_oib_frag_t *frag = sends_take(m, o.token);
         if (NULL == frag) {
-            i++;
-            continue;
+            return count;
         }
-        pthread_mutex_lock(&m->send_lock);
-        /* Only this function removes orphans, one thread at a time (progress_lock). */
-        m->orphans[i] = m->orphans[--m->n_orphans];
-        pthread_mutex_unlock(&m->send_lock);
-        send_done(m, frag, o.peer, o.status);
+        send_done(m, frag, frag->endpoint->rank, frag->early_status);
         count++;
     }
-    return count;
 }
 
 int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
@@ -445,19 +427,24 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
     if (0 != pthread_mutex_trylock(&m->progress_lock)) {
         return count; /* another thread takes the completions */
     }
-    if (0 != m->n_orphans) {
-        count += orphans_match(m);
-    }
     openib_completion_t c;
     while (1 == openib_poll_completion(m->t, &c)) {
+        /* A send's, or else an RDMA piece's; one not recorded yet by its poster is kept as an
+         * early completion (btl_oib_rdma.c), which the poster claims. Under send_lock, so
+         * that oib_send cannot list its descriptor between the two lookups. */
+        pthread_mutex_lock(&m->send_lock);
         mca_btl_oib_frag_t *frag = sends_take(m, c.token);
         if (NULL == frag) {
-            (void) orphan_keep(m, &c);
+            count += mca_btl_oib_rdma_completion(m, &c);
+            pthread_mutex_unlock(&m->send_lock);
             continue;
         }
+        pthread_mutex_unlock(&m->send_lock);
         send_done(m, frag, c.peer, c.status);
         count++;
     }
+    count += ready_deliver(m);
+    count += mca_btl_oib_rdma_deliver(m);
     pthread_mutex_unlock(&m->progress_lock);
     return count;
 }
@@ -494,10 +481,11 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
     if (m->super.btl_max_send_size < m->super.btl_eager_limit) {
         m->super.btl_max_send_size = m->super.btl_eager_limit;
     }
-    /* Only the send path for now: no put/get, no registration (docs/OMPI.md). */
-    m->super.btl_flags &= MCA_BTL_FLAGS_SEND;
+    /* Sends always; put, get and atomics unless btl_oib_flags leaves them out (btl_oib_rdma.c
+     * sets their table entries and limits). */
+    m->super.btl_flags &= MCA_BTL_FLAGS_SEND | MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET
+                          | MCA_BTL_FLAGS_ATOMIC_OPS | MCA_BTL_FLAGS_ATOMIC_FOPS;
     m->super.btl_flags |= MCA_BTL_FLAGS_SEND;
-    m->super.btl_registration_handle_size = 0;
     m->super.btl_add_procs = oib_add_procs;
     m->super.btl_del_procs = oib_del_procs;
     m->super.btl_finalize = oib_finalize;
@@ -520,6 +508,11 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
                                  opal_cache_line_size, 16, -1, 32, NULL, 0, NULL, NULL, NULL);
     if (OPAL_SUCCESS != rc) {
         opal_output_verbose(1, OIB_OUT, "btl: oib: no module: no descriptor free list (%d)", rc);
+        (void) oib_finalize(&m->super);
+        return NULL;
+    }
+    rc = mca_btl_oib_rdma_init(m);
+    if (OPAL_SUCCESS != rc) {
         (void) oib_finalize(&m->super);
         return NULL;
     }

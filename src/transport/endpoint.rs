@@ -150,12 +150,12 @@ pub(super) enum Posted {
     Close,
     /// A put or get; holds the local region until it completes.
     Rdma {
-        _local: Arc<MemoryRegion>,
+        _local: super::op::LocalRegion,
         token: u64,
     },
     /// An atomic; likewise.
     Atomic {
-        _local: Arc<MemoryRegion>,
+        _local: super::op::LocalRegion,
         token: u64,
     },
     /// A fragment of the rendezvous read of message `seq`.

@@ -3,8 +3,12 @@
 
 use super::rendezvous::Source;
 use super::Tag;
-use openib_sys::MemoryRegion;
+use openib_sys::Region;
 use std::sync::Arc;
+
+/// The local side of a put, get or atomic: any registered region (the transport's own
+/// allocation or a caller's registered memory), kept alive until the operation completes.
+pub type LocalRegion = Arc<dyn Region + Send + Sync>;
 
 /// A 64-bit remote atomic.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +42,7 @@ pub(super) enum Op {
     },
     Rdma {
         write: bool,
-        local: Arc<MemoryRegion>,
+        local: LocalRegion,
         offset: usize,
         remote_addr: u64,
         rkey: u32,
@@ -47,7 +51,7 @@ pub(super) enum Op {
     },
     Atomic {
         op: AtomicOp,
-        local: Arc<MemoryRegion>,
+        local: LocalRegion,
         offset: usize,
         remote_addr: u64,
         rkey: u32,

@@ -2,9 +2,9 @@
 //! ([`RemoteRegion`]).
 
 use super::error::TransportError;
-use super::op::{AtomicOp, Op};
+use super::op::{AtomicOp, LocalRegion, Op};
 use super::Transport;
-use openib_sys::{MemoryRegion, Region};
+use openib_sys::Region;
 use std::sync::Arc;
 
 /// A registered region's remote handle, to give a peer (through any message).
@@ -41,6 +41,27 @@ impl RemoteRegion {
     }
 }
 
+/// The offset of address `addr` in the `size`-byte range starting at `base`, when
+/// `addr..addr+len` lies inside it ([`TransportError::Range`] otherwise, with the offset
+/// `addr - base`, or `addr` itself when below `base`): put/get/atomics by address.
+pub fn offset_of(base: u64, size: u64, addr: u64, len: u64) -> Result<u64, TransportError> {
+    match addr.checked_sub(base) {
+        Some(off) if off.checked_add(len).is_some_and(|e| e <= size) => Ok(off),
+        off => Err(TransportError::Range {
+            offset: off.unwrap_or(addr),
+            len,
+            size,
+        }),
+    }
+}
+
+impl RemoteRegion {
+    /// The offset of `addr..addr+len` in this remote region (see [`offset_of`]).
+    pub fn offset_of(&self, addr: u64, len: u64) -> Result<u64, TransportError> {
+        offset_of(self.addr, self.len, addr, len)
+    }
+}
+
 pub(super) fn check_range(
     mr: &impl Region,
     offset: usize,
@@ -69,46 +90,48 @@ fn check_remote(remote: &RemoteRegion, roffset: u64, len: u64) -> Result<(), Tra
 
 impl Transport {
     /// RDMA write of `local[offset..offset+len]` to `remote` at `roffset`.
-    pub fn put(
+    pub fn put<R: Region + Send + Sync + 'static>(
         &mut self,
         peer: u32,
-        local: &Arc<MemoryRegion>,
+        local: &Arc<R>,
         offset: usize,
         remote: RemoteRegion,
         roffset: u64,
         len: usize,
     ) -> Result<u64, TransportError> {
-        self.rdma(peer, true, local, offset, remote, roffset, len)
+        self.rdma(peer, true, local.clone(), offset, remote, roffset, len)
     }
 
     /// RDMA read of `remote` at `roffset` into `local[offset..offset+len]`.
-    pub fn get(
+    pub fn get<R: Region + Send + Sync + 'static>(
         &mut self,
         peer: u32,
-        local: &Arc<MemoryRegion>,
+        local: &Arc<R>,
         offset: usize,
         remote: RemoteRegion,
         roffset: u64,
         len: usize,
     ) -> Result<u64, TransportError> {
-        self.rdma(peer, false, local, offset, remote, roffset, len)
+        self.rdma(peer, false, local.clone(), offset, remote, roffset, len)
     }
 
+    /// Put (`write`) or get with any registered local region ([`LocalRegion`]): what
+    /// [`Transport::put`] and [`Transport::get`] do, for a caller holding regions of
+    /// different kinds (the C ABI's allocated and registered memory).
     #[allow(clippy::too_many_arguments)]
-    fn rdma(
+    pub fn rdma(
         &mut self,
         peer: u32,
         write: bool,
-        local: &Arc<MemoryRegion>,
+        local: LocalRegion,
         offset: usize,
         remote: RemoteRegion,
         roffset: u64,
         len: usize,
     ) -> Result<u64, TransportError> {
-        check_range(local, offset, len)?;
+        check_range(&local, offset, len)?;
         check_remote(&remote, roffset, len as u64)?;
         let token = self.token();
-        let local = local.clone();
         self.enqueue(peer, |_| Op::Rdma {
             write,
             local,
@@ -123,23 +146,35 @@ impl Transport {
 
     /// 64-bit atomic on `remote` at `roffset` (8-byte aligned); the old value lands in
     /// `local[offset..offset+8]` (native byte order) when the completion is reported.
-    pub fn atomic(
+    pub fn atomic<R: Region + Send + Sync + 'static>(
         &mut self,
         peer: u32,
         op: AtomicOp,
-        local: &Arc<MemoryRegion>,
+        local: &Arc<R>,
         offset: usize,
         remote: RemoteRegion,
         roffset: u64,
     ) -> Result<u64, TransportError> {
-        check_range(local, offset, 8)?;
+        self.atomic_region(peer, op, local.clone(), offset, remote, roffset)
+    }
+
+    /// [`Transport::atomic`] with any registered local region ([`LocalRegion`]).
+    pub fn atomic_region(
+        &mut self,
+        peer: u32,
+        op: AtomicOp,
+        local: LocalRegion,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+    ) -> Result<u64, TransportError> {
+        check_range(&local, offset, 8)?;
         check_remote(&remote, roffset, 8)?;
         let addr = remote.addr + roffset;
         if addr % 8 != 0 {
             return Err(TransportError::Misaligned { addr });
         }
         let token = self.token();
-        let local = local.clone();
         self.enqueue(peer, |_| Op::Atomic {
             op,
             local,
@@ -152,10 +187,10 @@ impl Transport {
     }
 
     /// Fetch-and-add (see [`Transport::atomic`]).
-    pub fn fetch_add(
+    pub fn fetch_add<R: Region + Send + Sync + 'static>(
         &mut self,
         peer: u32,
-        local: &Arc<MemoryRegion>,
+        local: &Arc<R>,
         offset: usize,
         remote: RemoteRegion,
         roffset: u64,
@@ -173,10 +208,10 @@ impl Transport {
 
     /// Compare-and-swap (see [`Transport::atomic`]).
     #[allow(clippy::too_many_arguments)]
-    pub fn compare_swap(
+    pub fn compare_swap<R: Region + Send + Sync + 'static>(
         &mut self,
         peer: u32,
-        local: &Arc<MemoryRegion>,
+        local: &Arc<R>,
         offset: usize,
         remote: RemoteRegion,
         roffset: u64,
@@ -191,5 +226,38 @@ impl Transport {
             remote,
             roffset,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Addresses map to offsets only when the whole range lies inside: below the base, past the
+    /// end, straddling the end and wrapping around are range errors.
+    #[test]
+    fn addresses_map_to_offsets_inside_only() {
+        let r = RemoteRegion {
+            addr: 0x1000,
+            rkey: 7,
+            len: 64,
+        };
+        assert_eq!(r.offset_of(0x1000, 64).unwrap(), 0);
+        assert_eq!(r.offset_of(0x1038, 8).unwrap(), 0x38);
+        assert_eq!(r.offset_of(0x1040, 0).unwrap(), 64);
+        for (addr, len) in [
+            (0xfff, 1),
+            (0x1039, 8),
+            (0x1040, 1),
+            (0x1001, u64::MAX),
+            (0, 8),
+        ] {
+            assert!(
+                matches!(r.offset_of(addr, len), Err(TransportError::Range { .. })),
+                "{addr:#x}+{len}"
+            );
+        }
+        assert!(offset_of(u64::MAX - 8, 8, u64::MAX - 2, 4).is_err());
+        assert_eq!(offset_of(u64::MAX - 8, 8, u64::MAX - 4, 4).unwrap(), 4);
     }
 }

@@ -498,9 +498,10 @@ impl Drop for SharedRegion {
     }
 }
 
-/// A read-only registration of memory this process holds elsewhere (a C caller's buffer), for
-/// the HCA to read: zero copy through the C ABI. It does not own the bytes; its creator
-/// promises they stay allocated and unchanged while it lives. Local read and remote read only.
+/// A registration of memory this process holds elsewhere (a C caller's buffer): read-only for
+/// the HCA ([`ForeignRegion::register`], zero-copy sends through the C ABI), or read-write
+/// with remote access ([`ForeignRegion::register_writable`], put/get/atomics by address). It does not own the bytes; its creator
+/// promises they stay allocated (and, when read-only, unchanged) while it lives.
 pub struct ForeignRegion {
     reg: Registration,
 }
@@ -526,6 +527,37 @@ impl ForeignRegion {
                 len,
                 v::IBV_ACCESS_REMOTE_READ,
                 "foreign bytes",
+            )?
+        };
+        Ok(ForeignRegion { reg })
+    }
+}
+
+impl ForeignRegion {
+    /// Registers `len` bytes at `ptr` on `pd` for local write and remote read, write and
+    /// atomics ([`Access::ALL`]): memory a C caller owns, for put, get and atomics by address.
+    /// Peers holding its rkey may write the bytes at any time, and so may this process's gets
+    /// and atomics: Rust code never reads or writes them through this region.
+    ///
+    /// # Safety
+    /// `ptr..ptr+len` must be memory of this process that stays allocated until the returned
+    /// region is dropped, and that the caller accepts the HCA reading and writing meanwhile
+    /// (no Rust reference to those bytes may exist while they are written). The kernel pins
+    /// the pages, so freeing them earlier lets the HCA write pages the allocator hands out
+    /// again: the caller must not.
+    pub unsafe fn register_writable(
+        pd: &ProtectionDomain,
+        ptr: *mut u8,
+        len: usize,
+    ) -> Result<ForeignRegion> {
+        // SAFETY: the caller's promise on `ptr..ptr+len`, writes included.
+        let reg = unsafe {
+            Registration::new(
+                pd,
+                ptr.cast::<std::ffi::c_void>(),
+                len,
+                Access::ALL.0,
+                "caller bytes",
             )?
         };
         Ok(ForeignRegion { reg })

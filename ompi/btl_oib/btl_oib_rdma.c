@@ -1,0 +1,516 @@
+/*
+ * btl_oib_rdma.c: the module's one-sided part: register_mem/deregister_mem, put, get, the
+ * 64-bit atomics (fetching add, non-fetching add, compare-and-swap) and flush, over the
+ * transport's caller-memory registrations and operations by address (include/openib.h).
+ *
+ * Registration: openib_mem_register on the caller's memory (local write, remote read, write
+ * and atomics whatever the flags ask); the handle ob1 copies to the peer is the transport's
+ * 24-byte openib_remote_t. No registration cache: ob1 registers a message's buffer and
+ * deregisters it when the request completes.
+ *
+ * Completion: an operation is posted as pieces of at most OIB_RDMA_PIECE bytes (one
+ * transport token each; the transport's limit per request is the port's, not ours), and its
+ * callback runs from progress once all its pieces completed, with the first failure's
+ * status. A token comes back from openib_put_addr & co. and its completion is taken by
+ * whichever thread progresses, without a lock held across the transport call: a completion
+ * whose token is not recorded yet is kept as early and claimed by the poster.
+ */
+#include "opal_config.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "opal/constants.h"
+#include "opal/util/output.h"
+
+#include "btl_oib.h"
+
+#define OIB_OUT (opal_btl_base_framework.framework_output)
+
+/* The largest transport operation a put or get is cut into. */
+#define OIB_RDMA_PIECE ((size_t) 1 << 20)
+
+static inline mca_btl_oib_module_t *module_of(struct mca_btl_base_module_t *btl)
+{
+    return (mca_btl_oib_module_t *) btl;
+}
+
+static inline mca_btl_oib_reg_t *reg_of(struct mca_btl_base_registration_handle_t *h)
+{
+    return (mca_btl_oib_reg_t *) ((char *) h - offsetof(mca_btl_oib_reg_t, handle));
+}
+
+/* The transport's error as an OPAL code (as the send path maps them). */
+static int rdma_code(int rc)
+{
+    switch (rc) {
+    case OPENIB_OK:
+        return OPAL_SUCCESS;
+    case OPENIB_ERR_BUSY:
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    case OPENIB_ERR_NO_PATH:
+    case OPENIB_ERR_BAD_PEER:
+    case OPENIB_ERR_ENDPOINT_FAILED:
+        return OPAL_ERR_UNREACH;
+    case OPENIB_ERR_RANGE:
+    case OPENIB_ERR_INVALID:
+        return OPAL_ERR_BAD_PARAM;
+    default:
+        return OPAL_ERROR;
+    }
+}
+
+static struct mca_btl_base_registration_handle_t *
+oib_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                 void *base, size_t size, uint32_t flags)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    mca_btl_oib_reg_t *reg = calloc(1, sizeof *reg);
+    if (NULL == reg) {
+        return NULL;
+    }
+    if (OPENIB_OK != openib_mem_register(m->t, base, size, &reg->mem)
+        || OPENIB_OK != openib_mem_remote(reg->mem, &reg->handle.remote)) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: register %zu bytes at %p: %s", size, base,
+                            openib_last_error());
+        (void) openib_mem_free(reg->mem);
+        free(reg);
+        return NULL;
+    }
+    __atomic_add_fetch(&m->n_reg, 1, __ATOMIC_RELAXED);
+    return &reg->handle;
+}
+
+/* Deregisters (the memory is the caller's). Operations still in flight keep the transport's
+ * registration until they complete. */
+static int oib_deregister_mem(struct mca_btl_base_module_t *btl,
+                              struct mca_btl_base_registration_handle_t *handle)
+{
+    if (NULL == handle) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    mca_btl_oib_reg_t *reg = reg_of(handle);
+    int rc = openib_mem_free(reg->mem);
+    free(reg);
+    return OPENIB_OK == rc ? OPAL_SUCCESS : OPAL_ERROR;
+}
+
+static void done_push(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op)
+{
+    op->next = NULL;
+    if (NULL == m->done_tail) {
+        m->done_head = op;
+    } else {
+        m->done_tail->next = op;
+    }
+    m->done_tail = op;
+}
+
+/* One piece of `op` finished with `status`; under rdma_lock. */
+static void piece_done(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, int status)
+{
+    if (OPENIB_OK != status && OPENIB_OK == op->status) {
+        op->status = status;
+    }
+    if (0 == --op->pending) {
+        done_push(m, op);
+    }
+}
+
+/* Records the token of a piece of `op` just posted: claims its completion when progress saw
+ * it first, or keeps it for progress (without memory for that, the piece counts as failed
+ * at once and its completion is kept as an early one, never claimed). */
+static void piece_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, uint64_t token)
+{
+    pthread_mutex_lock(&m->rdma_lock);
+    mca_btl_oib_token_t *prev = NULL, *e = m->early;
+    while (NULL != e && e->token != token) {
+        prev = e;
+        e = e->next;
+    }
+    if (NULL != e) {
+        if (NULL == prev) {
+            m->early = e->next;
+        } else {
+            prev->next = e->next;
+        }
+        op->pending++;
+        piece_done(m, op, e->status);
+        pthread_mutex_unlock(&m->rdma_lock);
+        free(e);
+        return;
+    }
+    mca_btl_oib_token_t *p = malloc(sizeof *p);
+    op->pending++;
+    if (NULL == p) {
+        /* Its completion cannot be matched: count the piece failed now. */
+        piece_done(m, op, OPENIB_ERR_OTHER);
+    } else {
+        p->token = token;
+        p->op = op;
+        p->status = OPENIB_OK;
+        p->next = m->pieces;
+        m->pieces = p;
+    }
+    pthread_mutex_unlock(&m->rdma_lock);
+}
+
+int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c)
+{
+    pthread_mutex_lock(&m->rdma_lock);
+    mca_btl_oib_token_t *prev = NULL, *p = m->pieces;
+    while (NULL != p && p->token != c->token) {
+        prev = p;
+        p = p->next;
+    }
+    if (NULL != p) {
+        if (NULL == prev) {
+            m->pieces = p->next;
+        } else {
+            prev->next = p->next;
+        }
+        if (OPENIB_OK != c->status) {
+            opal_output_verbose(1, OIB_OUT, "btl: oib: RDMA operation to rank %u failed: %s",
+                                c->peer, openib_strerror(c->status));
+        }
+        piece_done(m, p->op, c->status);
+        pthread_mutex_unlock(&m->rdma_lock);
+        free(p);
+        return 1;
+    }
+    /* Not recorded yet (its poster is between the transport call and piece_posted). */
+    mca_btl_oib_token_t *e = malloc(sizeof *e);
+    if (NULL != e) {
+        e->token = c->token;
+        e->op = NULL;
+        e->status = c->status;
+        e->next = m->early;
+        m->early = e;
+    }
+    pthread_mutex_unlock(&m->rdma_lock);
+    return 1;
+}
+
+bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status)
+{
+    pthread_mutex_lock(&m->rdma_lock);
+    mca_btl_oib_token_t *prev = NULL, *e = m->early;
+    while (NULL != e && e->token != token) {
+        prev = e;
+        e = e->next;
+    }
+    if (NULL != e) {
+        if (NULL == prev) {
+            m->early = e->next;
+        } else {
+            prev->next = e->next;
+        }
+        *status = e->status;
+    }
+    pthread_mutex_unlock(&m->rdma_lock);
+    free(e);
+    return NULL != e;
+}
+
+int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
+{
+    int count = 0;
+    for (;;) {
+        pthread_mutex_lock(&m->rdma_lock);
+        mca_btl_oib_rdma_t *op = m->done_head;
+        if (NULL != op) {
+            m->done_head = op->next;
+            if (NULL == m->done_head) {
+                m->done_tail = NULL;
+            }
+        }
+        pthread_mutex_unlock(&m->rdma_lock);
+        if (NULL == op) {
+            return count;
+        }
+        /* Counted done before its callback (btl.h: a flush need not wait for callbacks), so
+         * that a callback that flushes does not wait for itself. */
+        __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
+        if (NULL != op->cbfunc) {
+            op->cbfunc(&m->super, op->endpoint, op->local_address, op->local_handle,
+                       op->cbcontext, op->cbdata, rdma_code(op->status));
+        }
+        if (OPENIB_OK != op->status && NULL != m->error_cb && NULL != op->endpoint
+            && OPENIB_ERR_ENDPOINT_FAILED == op->status) {
+            m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, op->endpoint->proc,
+                        "oib: RDMA operation failed");
+        }
+        free(op);
+        count++;
+    }
+}
+
+static mca_btl_oib_rdma_t *op_new(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep,
+                                  void *local_address,
+                                  struct mca_btl_base_registration_handle_t *local_handle,
+                                  mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                                  void *cbdata)
+{
+    mca_btl_oib_rdma_t *op = malloc(sizeof *op);
+    if (NULL == op) {
+        return NULL;
+    }
+    op->next = NULL;
+    op->endpoint = ep;
+    op->local_address = local_address;
+    op->local_handle = local_handle;
+    op->cbfunc = cbfunc;
+    op->cbcontext = cbcontext;
+    op->cbdata = cbdata;
+    op->pending = 1; /* the poster's, until every piece is posted */
+    op->status = OPENIB_OK;
+    __atomic_add_fetch(&m->rdma_inflight, 1, __ATOMIC_RELAXED);
+    return op;
+}
+
+/* The poster is done with `op`: pieces posted (`posted` > 0) complete it later; with none
+ * posted it is dropped and `rc` returned (the upper layer retries or fails, no callback). */
+static int op_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, size_t posted, int rc)
+{
+    if (0 == posted) {
+        free(op);
+        __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
+        return rdma_code(rc);
+    }
+    pthread_mutex_lock(&m->rdma_lock);
+    piece_done(m, op, rc);
+    pthread_mutex_unlock(&m->rdma_lock);
+    return OPAL_SUCCESS;
+}
+
+static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
+                struct mca_btl_base_endpoint_t *ep, void *local_address, uint64_t remote_address,
+                struct mca_btl_base_registration_handle_t *local_handle,
+                struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    if (NULL == ep || NULL == local_handle || NULL == remote_handle) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: %s without an endpoint or a handle", what);
+        return OPAL_ERR_BAD_PARAM;
+    }
+    mca_btl_oib_rdma_t *op = op_new(m, ep, local_address, local_handle, cbfunc, cbcontext,
+                                    cbdata);
+    if (NULL == op) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    openib_mem_t *mem = reg_of(local_handle)->mem;
+    const openib_remote_t *remote = &remote_handle->remote;
+    size_t done = 0, pieces = 0;
+    int rc = OPENIB_OK;
+    do {
+        size_t n = size - done < OIB_RDMA_PIECE ? size - done : OIB_RDMA_PIECE;
+        unsigned char *at = (unsigned char *) local_address + done;
+        uint64_t token = 0;
+        rc = write ? openib_put_addr(m->t, ep->rank, at, mem, remote_address + done, remote, n,
+                                     &token)
+                   : openib_get_addr(m->t, ep->rank, at, mem, remote_address + done, remote, n,
+                                     &token);
+        if (OPENIB_OK != rc) {
+            opal_output_verbose(10, OIB_OUT, "btl: oib: %s of %zu bytes to rank %u: %s", what,
+                                n, ep->rank, openib_last_error());
+            break;
+        }
+        piece_posted(m, op, token);
+        pieces++;
+        done += n;
+    } while (done < size);
+    if (OPENIB_OK == rc) {
+        if (write) {
+            __atomic_add_fetch(&m->n_put, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&m->put_bytes, size, __ATOMIC_RELAXED);
+        } else {
+            __atomic_add_fetch(&m->n_get, 1, __ATOMIC_RELAXED);
+            __atomic_add_fetch(&m->get_bytes, size, __ATOMIC_RELAXED);
+        }
+    }
+    return op_posted(m, op, pieces, rc);
+}
+
+int mca_btl_oib_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                    void *local_address, uint64_t remote_address,
+                    struct mca_btl_base_registration_handle_t *local_handle,
+                    struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                    void *cbcontext, void *cbdata)
+{
+    return rdma("put", 1, btl, ep, local_address, remote_address, local_handle, remote_handle,
+                size, cbfunc, cbcontext, cbdata);
+}
+
+int mca_btl_oib_get(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                    void *local_address, uint64_t remote_address,
+                    struct mca_btl_base_registration_handle_t *local_handle,
+                    struct mca_btl_base_registration_handle_t *remote_handle, size_t size,
+                    int flags, int order, mca_btl_base_rdma_completion_fn_t cbfunc,
+                    void *cbcontext, void *cbdata)
+{
+    return rdma("get", 0, btl, ep, local_address, remote_address, local_handle, remote_handle,
+                size, cbfunc, cbcontext, cbdata);
+}
+
+/* A 64-bit atomic: fetch-and-add (cswap 0) or compare-and-swap (cswap 1); the old value lands
+ * at `local_address` inside `mem`. */
+static int atomic(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep, int cswap,
+                  void *local_address, openib_mem_t *mem,
+                  struct mca_btl_base_registration_handle_t *local_handle,
+                  uint64_t remote_address,
+                  struct mca_btl_base_registration_handle_t *remote_handle, uint64_t a,
+                  uint64_t b, int flags, mca_btl_base_rdma_completion_fn_t cbfunc,
+                  void *cbcontext, void *cbdata, void *reported_address)
+{
+    if (NULL == ep || NULL == mem || NULL == remote_handle) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    /* Verbs atomics are 64-bit integer operations only. */
+    if (flags & (MCA_BTL_ATOMIC_FLAG_32BIT | MCA_BTL_ATOMIC_FLAG_FLOAT)) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    if (0 != (remote_address & 7)) {
+        return OPAL_ERR_NOT_AVAILABLE; /* alignment, as btl.h says */
+    }
+    mca_btl_oib_rdma_t *op = op_new(m, ep, reported_address, local_handle, cbfunc, cbcontext,
+                                    cbdata);
+    if (NULL == op) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    uint64_t token = 0;
+    int rc = cswap ? openib_compare_swap_addr(m->t, ep->rank, local_address, mem, remote_address,
+                                              &remote_handle->remote, a, b, &token)
+                   : openib_fetch_add_addr(m->t, ep->rank, local_address, mem, remote_address,
+                                           &remote_handle->remote, a, &token);
+    if (OPENIB_OK != rc) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: atomic to rank %u: %s", ep->rank,
+                            openib_last_error());
+        return op_posted(m, op, 0, rc);
+    }
+    piece_posted(m, op, token);
+    __atomic_add_fetch(&m->n_atomic, 1, __ATOMIC_RELAXED);
+    return op_posted(m, op, 1, OPENIB_OK);
+}
+
+static int oib_atomic_fop(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                          void *local_address, uint64_t remote_address,
+                          struct mca_btl_base_registration_handle_t *local_handle,
+                          struct mca_btl_base_registration_handle_t *remote_handle,
+                          mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                          mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                          void *cbdata)
+{
+    if (MCA_BTL_ATOMIC_ADD != op) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    if (NULL == local_handle) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    return atomic(module_of(btl), ep, 0, local_address, reg_of(local_handle)->mem, local_handle,
+                  remote_address, remote_handle, operand, 0, flags, cbfunc, cbcontext, cbdata,
+                  local_address);
+}
+
+static int oib_atomic_op(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                         uint64_t remote_address,
+                         struct mca_btl_base_registration_handle_t *remote_handle,
+                         mca_btl_base_atomic_op_t op, uint64_t operand, int flags, int order,
+                         mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext, void *cbdata)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    if (MCA_BTL_ATOMIC_ADD != op) {
+        return OPAL_ERR_NOT_AVAILABLE;
+    }
+    /* A fetch-and-add whose old value lands in the module's scratch word. */
+    return atomic(m, ep, 0, openib_mem_ptr(m->scratch), m->scratch, NULL, remote_address,
+                  remote_handle, operand, 0, flags, cbfunc, cbcontext, cbdata, NULL);
+}
+
+static int oib_atomic_cswap(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                            void *local_address, uint64_t remote_address,
+                            struct mca_btl_base_registration_handle_t *local_handle,
+                            struct mca_btl_base_registration_handle_t *remote_handle,
+                            uint64_t compare, uint64_t value, int flags, int order,
+                            mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
+                            void *cbdata)
+{
+    if (NULL == local_handle) {
+        return OPAL_ERR_BAD_PARAM;
+    }
+    return atomic(module_of(btl), ep, 1, local_address, reg_of(local_handle)->mem, local_handle,
+                  remote_address, remote_handle, compare, value, flags, cbfunc, cbcontext,
+                  cbdata, local_address);
+}
+
+/* Waits until every put, get and atomic started before has completed and its callback has
+ * started (all endpoints: btl.h allows ignoring `ep`). Progresses meanwhile; an endpoint that fails
+ * completes its operations with an error, so this ends. */
+static int oib_flush(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    while (__atomic_load_n(&m->rdma_inflight, __ATOMIC_ACQUIRE) > 0) {
+        (void) mca_btl_oib_module_progress(m);
+    }
+    return OPAL_SUCCESS;
+}
+
+int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m)
+{
+    pthread_mutex_init(&m->rdma_lock, NULL);
+    m->pieces = m->early = NULL;
+    m->done_head = m->done_tail = NULL;
+    m->rdma_inflight = 0;
+    m->n_reg = m->n_put = m->put_bytes = m->n_get = m->get_bytes = m->n_atomic = 0;
+    if (OPENIB_OK != openib_mem_alloc(m->t, 64, &m->scratch)) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", openib_last_error());
+        return OPAL_ERROR;
+    }
+    m->super.btl_register_mem = oib_register_mem;
+    m->super.btl_deregister_mem = oib_deregister_mem;
+    m->super.btl_registration_handle_size = sizeof(struct mca_btl_base_registration_handle_t);
+    m->super.btl_put = mca_btl_oib_put;
+    m->super.btl_get = mca_btl_oib_get;
+    m->super.btl_atomic_op = oib_atomic_op;
+    m->super.btl_atomic_fop = oib_atomic_fop;
+    m->super.btl_atomic_cswap = oib_atomic_cswap;
+    m->super.btl_flush = oib_flush;
+    /* Any size (cut into pieces here), any alignment; the local side is always registered. */
+    if (0 == m->super.btl_put_limit) {
+        m->super.btl_put_limit = SIZE_MAX;
+    }
+    if (0 == m->super.btl_get_limit) {
+        m->super.btl_get_limit = SIZE_MAX;
+    }
+    m->super.btl_put_alignment = 0;
+    m->super.btl_get_alignment = 0;
+    m->super.btl_put_local_registration_threshold = 0;
+    m->super.btl_get_local_registration_threshold = 0;
+    /* 64-bit add (fetching or not) and compare-and-swap: what verbs atomics do. */
+    m->super.btl_atomic_flags = MCA_BTL_ATOMIC_SUPPORTS_ADD | MCA_BTL_ATOMIC_SUPPORTS_CSWAP;
+    return OPAL_SUCCESS;
+}
+
+void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m)
+{
+    opal_output_verbose(5, OIB_OUT, "btl: oib: rank %u: rdma: %llu registrations, %llu puts "
+                        "(%llu bytes), %llu gets (%llu bytes), %llu atomics", m->rank,
+                        (unsigned long long) m->n_reg, (unsigned long long) m->n_put,
+                        (unsigned long long) m->put_bytes, (unsigned long long) m->n_get,
+                        (unsigned long long) m->get_bytes, (unsigned long long) m->n_atomic);
+    /* Pieces never completed (the transport is closed): their records go; their operations
+     * (shared by several pieces) are left, as the send path leaves its descriptors. */
+    for (mca_btl_oib_token_t *p = m->pieces, *n; NULL != p; p = n) {
+        n = p->next;
+        free(p);
+    }
+    for (mca_btl_oib_token_t *p = m->early, *n; NULL != p; p = n) {
+        n = p->next;
+        free(p);
+    }
+    m->pieces = m->early = NULL;
+    (void) openib_mem_free(m->scratch);
+    m->scratch = NULL;
+    pthread_mutex_destroy(&m->rdma_lock);
+}

@@ -1,0 +1,237 @@
+/*
+ * ompi_btl_rdma.c: the oib module's one-sided entry points called directly, below ob1, as
+ * Open MPI's one-sided layer will call them (tests/softroce_ompi_oib.rs; 2 ranks,
+ * `--mca btl self,oib`). Each rank finds the oib module on its peer's BML endpoint, registers
+ * a buffer (btl_register_mem), swaps handles with the peer (MPI_Sendrecv), then
+ *   - btl_put of 512 KiB + 3 into the peer's buffer, btl_flush, barrier: the peer checks
+ *     every byte; btl_get of the peer's source area, checked when its callback ran;
+ *   - on the peer's counters: 10 btl_atomic_fop (add i + 1, every old value checked), 2
+ *     btl_atomic_cswap (the first swaps, the second sees the first's value), 1 btl_atomic_op
+ *     (add 1000), then btl_flush of that endpoint; after a barrier each rank checks its own
+ *     counters (55 + 1000 and the swapped value);
+ *   - refusals: a 32-bit fop, an AND, a misaligned target (OPAL_ERR_NOT_AVAILABLE);
+ *   - every callback ran once with OPAL_SUCCESS; btl_deregister_mem.
+ * Prints "ompi_btl_rdma: rank R ok" and exits 0, or names what failed and calls MPI_Abort.
+ */
+#include "ompi_config.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ompi/communicator/communicator.h"
+#include "ompi/mca/bml/bml.h"
+#include "ompi/proc/proc.h"
+#include "opal/mca/btl/btl.h"
+#include "opal/runtime/opal_progress.h"
+
+#define AREA ((size_t) 512 * 1024 + 3)
+#define SRC 0                      /* what this rank puts and the peer gets */
+#define LAND (AREA + 5)            /* where the peer's put lands */
+#define GETA (2 * AREA + 16)       /* where this rank's get lands */
+#define CNT ((3 * AREA + 64) / 8 * 8) /* counters: [0] adds, [1] swap; then old values */
+#define FOPS 10
+#define LEN (CNT + 8 * (2 + FOPS + 2))
+
+static int rank;
+static int calls, failed;
+
+static void die(const char *what, int rc)
+{
+    fprintf(stderr, "ompi_btl_rdma: rank %d: %s (%d)\n", rank, what, rc);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+}
+
+static unsigned char pat(int who, size_t i)
+{
+    return (unsigned char) (i * 131u + (i >> 9) + (size_t) who * 17u);
+}
+
+static void done_cb(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                    void *local_address, struct mca_btl_base_registration_handle_t *local_handle,
+                    void *context, void *cbdata, int status)
+{
+    (void) btl, (void) ep, (void) local_address, (void) local_handle, (void) context;
+    __atomic_add_fetch((int *) cbdata, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&calls, 1, __ATOMIC_SEQ_CST);
+    if (OPAL_SUCCESS != status) {
+        __atomic_add_fetch(&failed, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void wait_for(volatile int *flag, int want, const char *what)
+{
+    for (long spins = 0; __atomic_load_n(flag, __ATOMIC_SEQ_CST) < want; spins++) {
+        opal_progress();
+        if (spins > 200000000L) {
+            die(what, -1);
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int size, rc;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (2 != size) {
+        die("needs 2 ranks", size);
+    }
+    int peer = 1 - rank;
+
+    /* The oib module on the peer's endpoint. */
+    ompi_proc_t *proc = ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, peer);
+    mca_bml_base_endpoint_t *bml = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML];
+    mca_bml_base_btl_t *bb = NULL;
+    for (size_t i = 0; NULL != bml && i < mca_bml_base_btl_array_get_size(&bml->btl_rdma); i++) {
+        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(&bml->btl_rdma, i);
+        if (0 == strcmp(b->btl->btl_component->btl_version.mca_component_name, "oib")) {
+            bb = b;
+        }
+    }
+    if (NULL == bb) {
+        die("oib is not an RDMA BTL of the peer's endpoint", 0);
+    }
+    mca_btl_base_module_t *btl = bb->btl;
+    struct mca_btl_base_endpoint_t *ep = bb->btl_endpoint;
+    uint32_t want_flags = MCA_BTL_FLAGS_PUT | MCA_BTL_FLAGS_GET | MCA_BTL_FLAGS_ATOMIC_FOPS
+                          | MCA_BTL_FLAGS_ATOMIC_OPS;
+    if ((btl->btl_flags & want_flags) != want_flags || 24 != btl->btl_registration_handle_size
+        || !(btl->btl_atomic_flags & MCA_BTL_ATOMIC_SUPPORTS_ADD)
+        || !(btl->btl_atomic_flags & MCA_BTL_ATOMIC_SUPPORTS_CSWAP)) {
+        die("flags, atomic flags or handle size", (int) btl->btl_flags);
+    }
+
+    unsigned char *buf = NULL;
+    if (0 != posix_memalign((void **) &buf, 64, LEN)) {
+        die("out of memory", 0);
+    }
+    memset(buf, 0, LEN);
+    for (size_t i = 0; i < AREA; i++) {
+        buf[SRC + i] = pat(rank, i);
+    }
+    struct mca_btl_base_registration_handle_t *mine =
+        btl->btl_register_mem(btl, ep, buf, LEN, MCA_BTL_REG_FLAG_ACCESS_ANY);
+    if (NULL == mine) {
+        die("btl_register_mem", 0);
+    }
+    unsigned char theirs[64];
+    uint64_t base = (uint64_t) (uintptr_t) buf, pbase = 0;
+    MPI_Sendrecv(mine, 24, MPI_BYTE, peer, 1, theirs, 24, MPI_BYTE, peer, 1, MPI_COMM_WORLD,
+                 MPI_STATUS_IGNORE);
+    MPI_Sendrecv(&base, 1, MPI_UINT64_T, peer, 2, &pbase, 1, MPI_UINT64_T, peer, 2,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    struct mca_btl_base_registration_handle_t *rh = (void *) theirs;
+
+    /* Put, flush, barrier: the peer's bytes are in place. */
+    int put_done = 0, get_done = 0, at_done = 0;
+    do {
+        rc = btl->btl_put(btl, ep, buf + SRC, pbase + LAND, mine, rh, AREA, 0, MCA_BTL_NO_ORDER,
+                          done_cb, NULL, &put_done);
+        if (OPAL_ERR_OUT_OF_RESOURCE == rc) {
+            opal_progress();
+        }
+    } while (OPAL_ERR_OUT_OF_RESOURCE == rc);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_put", rc);
+    }
+    btl->btl_flush(btl, NULL);
+    if (put_done != 1) {
+        die("btl_flush returned before the put's callback", put_done);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (size_t i = 0; i < AREA; i++) {
+        if (buf[LAND + i] != pat(peer, i)) {
+            die("a put byte differs", (int) i);
+        }
+    }
+    if (buf[LAND - 1] != 0 || buf[LAND + AREA] != 0) {
+        die("the put wrote outside its range", 0);
+    }
+
+    /* Get the peer's source area. */
+    rc = btl->btl_get(btl, ep, buf + GETA, pbase + SRC, mine, rh, AREA, 0, MCA_BTL_NO_ORDER,
+                      done_cb, NULL, &get_done);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_get", rc);
+    }
+    wait_for(&get_done, 1, "the get's callback");
+    for (size_t i = 0; i < AREA; i++) {
+        if (buf[GETA + i] != pat(peer, i)) {
+            die("a got byte differs", (int) i);
+        }
+    }
+
+    /* Atomics on the peer's counters; old values into our own slots after the counters. */
+    uint64_t *cnt = (uint64_t *) (buf + CNT), *old = cnt + 2;
+    uint64_t pc = pbase + CNT;
+    for (int i = 0; i < FOPS; i++) {
+        rc = btl->btl_atomic_fop(btl, ep, &old[i], pc, mine, rh, MCA_BTL_ATOMIC_ADD,
+                                 (uint64_t) i + 1, 0, MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+        if (OPAL_SUCCESS != rc) {
+            die("btl_atomic_fop", rc);
+        }
+    }
+    rc = btl->btl_atomic_cswap(btl, ep, &old[FOPS], pc + 8, mine, rh, 0, 77, 0,
+                               MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_atomic_cswap", rc);
+    }
+    rc = btl->btl_atomic_cswap(btl, ep, &old[FOPS + 1], pc + 8, mine, rh, 0, 88, 0,
+                               MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_atomic_cswap 2", rc);
+    }
+    rc = btl->btl_atomic_op(btl, ep, pc, rh, MCA_BTL_ATOMIC_ADD, 1000, 0, MCA_BTL_NO_ORDER,
+                            done_cb, NULL, &at_done);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_atomic_op", rc);
+    }
+    /* Refused: 32-bit, another operation, a misaligned target. */
+    if (OPAL_ERR_NOT_AVAILABLE
+            != btl->btl_atomic_fop(btl, ep, &old[0], pc, mine, rh, MCA_BTL_ATOMIC_ADD, 1,
+                                   MCA_BTL_ATOMIC_FLAG_32BIT, MCA_BTL_NO_ORDER, done_cb, NULL,
+                                   &at_done)
+        || OPAL_ERR_NOT_AVAILABLE
+               != btl->btl_atomic_fop(btl, ep, &old[0], pc, mine, rh, MCA_BTL_ATOMIC_AND, 1, 0,
+                                      MCA_BTL_NO_ORDER, done_cb, NULL, &at_done)
+        || OPAL_ERR_NOT_AVAILABLE
+               != btl->btl_atomic_cswap(btl, ep, &old[0], pc + 4, mine, rh, 0, 1, 0,
+                                        MCA_BTL_NO_ORDER, done_cb, NULL, &at_done)) {
+        die("an atomic that verbs cannot do was not refused", 0);
+    }
+    btl->btl_flush(btl, ep);
+    if (at_done != FOPS + 3) {
+        die("btl_flush returned before every atomic's callback", at_done);
+    }
+    uint64_t sum = 0;
+    for (int i = 0; i < FOPS; i++) {
+        if (old[i] != sum) {
+            die("a fetch-and-add's old value", i);
+        }
+        sum += (uint64_t) i + 1;
+    }
+    if (old[FOPS] != 0 || old[FOPS + 1] != 77) {
+        die("a compare-and-swap's old value", (int) old[FOPS + 1]);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    volatile uint64_t *vc = cnt;
+    if (vc[0] != sum + 1000 || vc[1] != 77) {
+        die("the counters after the peer's atomics", (int) vc[0]);
+    }
+    if (calls != FOPS + 5 || failed != 0) {
+        die("callbacks: wrong count or a failure", calls);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (OPAL_SUCCESS != btl->btl_deregister_mem(btl, mine)) {
+        die("btl_deregister_mem", 0);
+    }
+    printf("ompi_btl_rdma: rank %d ok\n", rank);
+    fflush(stdout);
+    free(buf);
+    MPI_Finalize();
+    return 0;
+}

@@ -116,12 +116,11 @@ static int oib_register(void)
     reg_int("recv_depth", "OPENIB_RECV_DEPTH", "Receive buffers posted per endpoint", 0,
             &c->recv_depth);
 
-    c->connect_at_init = true;
+    c->connect_at_init = false;
     (void) mca_base_component_var_register(
         &c->super.btl_version, "connect_at_init",
-        "Connect to every peer of the job when the BTL starts (until the transport can start a "
-        "connection from the higher rank of a pair, without it a higher rank's first message "
-        "to a lower rank that does not send to it first never leaves)",
+        "Connect to every peer of the job when the BTL starts, instead of on first use (costs "
+        "MPI_Init time and a queue pair per peer; for benchmarks of the first message)",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->connect_at_init);
     c->connect_timeout = 60000;
@@ -240,8 +239,7 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
     if (mca_btl_oib_component.connect_at_init && m->size > 1) {
         /* Every rank with a module gets here (ranks without one stepped aside before the
          * transport's wire-up). A failure leaves the module: connections still start lazily
-         * from the lower rank, and stepping aside now would leave peers that chose us
-         * waiting. */
+         * on first use, and stepping aside now would leave peers that chose us waiting. */
         int to = mca_btl_oib_component.connect_timeout > 0 ? mca_btl_oib_component.connect_timeout
                                                            : 60000;
         rc = openib_connect_all(t, (uint32_t) to);

@@ -336,12 +336,15 @@ impl Wireup {
 
     /// Starts connecting to `peer` because this process has something to send to it: as
     /// [`Wireup::connect`], and from the higher rank of a pair too when the planned CPC's
-    /// handshake is symmetric (udcm, oob: either side may start, and a simultaneous start
-    /// ends in one connection, `openib_cpc::handshake`). Otherwise a higher rank's first
-    /// message to a lower rank that never sends to it would wait forever. rdmacm is still
-    /// started by the lower rank only (docs/TRANSPORT.md, "Limits").
+    /// handshake is symmetric (udcm, oob, rdmacm: either side may start, and a simultaneous
+    /// start ends in one connection: `openib_cpc::handshake`, and rdmacm's "mine" reject of
+    /// the higher rank's request). Otherwise a higher rank's first message to a lower rank
+    /// that never sends to it would wait forever.
     pub fn connect_to_send(&mut self, peer: u32, now: Instant) {
-        let symmetric = matches!(self.plans.get(&peer), Some(Ok(CpcId::Udcm | CpcId::Oob)));
+        let symmetric = matches!(
+            self.plans.get(&peer),
+            Some(Ok(CpcId::Udcm | CpcId::Oob | CpcId::Rdmacm))
+        );
         if self.me > peer && !symmetric {
             return;
         }

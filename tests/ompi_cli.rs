@@ -222,23 +222,6 @@ fn nothing_built_is_exit_6_and_names_the_build_command() {
     assert_eq!(o.status.code(), Some(2), "{}", text(&o).1);
 }
 
-/// A PATH holding only `ompi_info` (a link to the real one), or nothing: no mpicc, no Open MPI.
-fn path_with(dir: &Path, ompi_info: bool) -> String {
-    std::fs::create_dir_all(dir).unwrap();
-    if ompi_info {
-        let real = String::from_utf8(
-            Command::new("sh")
-                .args(["-c", "command -v ompi_info"])
-                .output()
-                .unwrap()
-                .stdout,
-        )
-        .unwrap();
-        std::os::unix::fs::symlink(real.trim(), dir.join("ompi_info")).unwrap();
-    }
-    dir.display().to_string()
-}
-
 #[test]
 fn no_open_mpi_or_no_libopenmpi_dev_is_exit_5_and_names_the_package() {
     if !have_ompi_info() {
@@ -249,7 +232,7 @@ fn no_open_mpi_or_no_libopenmpi_dev_is_exit_5_and_names_the_package() {
     std::fs::create_dir_all(&tree).unwrap();
     let tree = tree.display().to_string();
     // No ompi_info at all.
-    let path = path_with(&home.join("empty"), false);
+    let path = path_of(&home.join("empty"), &[]);
     let o = Command::new(env!("CARGO_BIN_EXE_openib"))
         .args(["ompi", "--json", "--tree", &tree])
         .env("HOME", &home)
@@ -267,7 +250,7 @@ fn no_open_mpi_or_no_libopenmpi_dev_is_exit_5_and_names_the_package() {
         "{j}"
     );
     // ompi_info but no mpicc, nothing built: the build needs libopenmpi-dev.
-    let path = path_with(&home.join("only_info"), true);
+    let path = path_of(&home.join("only_info"), &["ompi_info"]);
     let o = Command::new(env!("CARGO_BIN_EXE_openib"))
         .args(["ompi", "--tree", &tree])
         .env("HOME", &home)
@@ -279,4 +262,72 @@ fn no_open_mpi_or_no_libopenmpi_dev_is_exit_5_and_names_the_package() {
     assert!(err.contains("libopenmpi-dev is missing"), "{err}");
     assert!(err.contains("mpicc"), "{err}");
     assert!(err.contains("openib ompi --build"), "{err}");
+}
+
+/// A PATH holding only links to these commands (bash and dirname run scripts/build-oib).
+fn path_of(dir: &Path, commands: &[&str]) -> String {
+    std::fs::create_dir_all(dir).unwrap();
+    for c in commands {
+        let o = Command::new("sh")
+            .args(["-c", &format!("command -v {c}")])
+            .output()
+            .unwrap();
+        let real = String::from_utf8(o.stdout).unwrap();
+        assert!(!real.trim().is_empty(), "{c} is not on this machine's PATH");
+        std::os::unix::fs::symlink(real.trim(), dir.join(c)).unwrap();
+    }
+    dir.display().to_string()
+}
+
+/// Without libopenmpi-dev (no mpicc), scripts/build-oib, which scripts/test runs, says so in
+/// ONE line and succeeds; under CI it fails, naming the package.
+#[test]
+fn build_oib_without_libopenmpi_dev_skips_with_one_line_or_fails_under_ci() {
+    let home = scratch("skip");
+    let path = path_of(&home.join("bin"), &["bash", "dirname"]);
+    let run = |ci: Option<&str>| {
+        let mut c = Command::new(ompi::root().join("scripts/build-oib"));
+        c.env("PATH", &path).env_remove("CI");
+        if let Some(v) = ci {
+            c.env("CI", v);
+        }
+        c.output().expect("scripts/build-oib runs")
+    };
+    let o = run(None);
+    let (out, err) = text(&o);
+    assert_eq!(o.status.code(), Some(0), "{out}{err}");
+    assert_eq!(out, "", "printed a component path without building one");
+    assert_eq!(
+        err, "build-oib: skipped: mpicc not found (install libopenmpi-dev)\n",
+        "not one clear line"
+    );
+    let o = run(Some("1"));
+    let (_, err) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("mpicc not found") && err.contains("libopenmpi-dev"),
+        "{err}"
+    );
+}
+
+/// The project's normal build (scripts/test, what CI runs; docs/OMPI.md "Build") builds the
+/// component right after the workspace, before the tests.
+#[test]
+fn scripts_test_builds_the_component_after_the_workspace() {
+    let script = std::fs::read_to_string(ompi::root().join("scripts/test")).unwrap();
+    let commands: Vec<&str> = script
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.starts_with('#'))
+        .collect();
+    let at = |cmd: &str| {
+        commands
+            .iter()
+            .position(|l| *l == cmd)
+            .unwrap_or_else(|| panic!("scripts/test does not run `{cmd}`"))
+    };
+    let workspace = at("cargo build --workspace --all-targets");
+    let component = at("scripts/build-oib");
+    let tests = at("cargo test --workspace --no-fail-fast");
+    assert!(workspace < component && component < tests, "{commands:?}");
 }

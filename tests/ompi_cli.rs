@@ -331,3 +331,54 @@ fn scripts_test_builds_the_component_after_the_workspace() {
     let tests = at("cargo test --workspace --no-fail-fast");
     assert!(workspace < component && component < tests, "{commands:?}");
 }
+
+/// README's three lines (build, enable, run) are the ones `openib ompi` prints.
+#[test]
+fn the_readme_says_it_in_three_lines_that_match_the_command() {
+    let readme = std::fs::read_to_string(ompi::root().join("README.md")).unwrap();
+    let lines: Vec<&str> = readme
+        .lines()
+        .skip_while(|l| !l.starts_with("## MPI programs over openib"))
+        .skip_while(|l| !l.starts_with("```sh"))
+        .skip(1)
+        .take_while(|l| !l.starts_with("```"))
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].starts_with("cargo run -- ompi --build --release"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].starts_with(
+            "export OMPI_MCA_mca_base_component_path=$PWD/target/oib/release:SYS_DEFAULT"
+        ),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with("mpirun --mca pml ob1 --mca btl self,vader,oib ./"),
+        "{}",
+        lines[2]
+    );
+    // The command prints that export line (here for the debug build, which the tests build;
+    // the README's is the release build's, in the sibling directory).
+    let Some(_) = prereq::require(component()) else {
+        return;
+    };
+    if !have_ompi_info() {
+        return;
+    }
+    let home = scratch("readme");
+    let o = openib_ompi(&home, &["--json", "--debug"]);
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o).1);
+    let j = json_of(&o);
+    let want = lines[1]
+        .split_whitespace()
+        .take(2)
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace("$PWD", &ompi::root().display().to_string())
+        .replace("/target/oib/release:", "/target/oib/debug:");
+    assert_eq!(j["enable"]["line"], want, "{j}");
+}

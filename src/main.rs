@@ -55,6 +55,10 @@ enum Cmd {
     /// Draw a saved `openib bench --json` or `scripts/anchors --save` document as an SVG:
     /// latency and bandwidth against message size, one curve per system.
     Plot(cli::plot::PlotArgs),
+    /// Open MPI's BTL component `oib`: where mca_btl_oib.so is, the line that enables it,
+    /// and whether ompi_info lists it (--build builds it, --install copies it to
+    /// $HOME/.openmpi/components).
+    Ompi(cli::ompi::OmpiArgs),
     /// Print the completion script for a shell (bash, zsh, fish, elvish, powershell).
     Completions(cli::manual::CompletionsArgs),
     /// Print the manual page (roff) of openib or of one subcommand, or write them all (--dir).
@@ -91,6 +95,7 @@ fn main() {
         Cmd::Config(a) => cli::config::run(&a),
         Cmd::Sim { cmd } => cli::sim::run(cmd),
         Cmd::Plot(a) => cli::plot::run(&a),
+        Cmd::Ompi(a) => cli::ompi::run(&a),
         Cmd::Completions(a) => cli::manual::completions(Cli::command(), &a),
         Cmd::Man(a) => cli::manual::man(Cli::command(), &a),
     };

@@ -31,6 +31,7 @@ fn subcommands() -> Vec<String> {
         "stress",
         "modex",
         "sim",
+        "ompi",
         "completions",
         "man",
     ] {

@@ -7,6 +7,7 @@ pub mod events;
 pub mod exchange;
 pub mod manual;
 pub mod modex;
+pub mod ompi;
 pub mod ping;
 pub mod plot;
 pub mod ports;
@@ -28,4 +29,11 @@ pub mod exit {
     pub const NO_VERBS: i32 = 3;
     /// libibverbs loaded but there is no RDMA device.
     pub const NO_DEVICE: i32 = 4;
+    /// `openib ompi`: Open MPI's commands (ompi_info) or, to build the component,
+    /// libopenmpi-dev (mpicc, Open MPI's internal headers) are missing.
+    pub const NO_OMPI: i32 = 5;
+    /// `openib ompi`: the component `mca_btl_oib.so` is not built (nor installed).
+    pub const NOT_BUILT: i32 = 6;
+    /// `openib ompi`: `ompi_info` does not list the component with the enabling line set.
+    pub const NOT_LISTED: i32 = 7;
 }

@@ -510,6 +510,7 @@ fn anchor_name(system: &str) -> String {
         "perftest" => "perftest (ib_send_lat, ib_write_bw)".into(),
         "ompi-openib" => "Open MPI 4.1 openib BTL".into(),
         "ucx" => "Open MPI 4.1 + UCX (rc_verbs)".into(),
+        "ompi-oib" => "Open MPI 4.1 ob1 + oib (this transport)".into(),
         other => other.into(),
     }
 }

@@ -19,10 +19,25 @@
  * in nanoseconds taken before the launch (date +%s%N), "since_start_us" is the same end point
  * measured from there (launcher included).
  *
+ * Start-up, the anchors' MPI measures (docs/PERFORMANCE.md):
+ *   "init_median_us"     MPI_Init to ready: each rank's time in MPI_Init, the median over the
+ *                        ranks (each rank's value in "init_ranks_us");
+ *   "first_message_us"   the first ping-pong round trip to a peer not yet talked to (4 bytes,
+ *                        rank 0 -> 1 -> 0): from the moment BOTH ranks were out of MPI_Init
+ *                        (the later one: a peer still in MPI_Init cannot answer, and that wait
+ *                        is MPI_Init's, not the message's) to rank 0 holding the answer. With
+ *                        lazy connections this is where the connection is made; a system that
+ *                        connects every pair in MPI_Init pays that in init_median_us instead.
+ *                        Rank 1's moment is compared with rank 0's on CLOCK_MONOTONIC: the two
+ *                        ranks must share a node (as in the anchors' one guest);
+ *   "second_message_us"  the round trip right after it, the same way (connected now).
+ *
  * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json]
  * Prints, like `openib bench --json`:
  *   {"results":[{"size":N,"latency_us":X,"latency_median_us":X,"latency_trimmed_us":X,
- *                "bandwidth_mb_s":X,"iterations":N}],"wireup_us":X,...}
+ *                "bandwidth_mb_s":X,"iterations":N}],"wireup_us":X,"init_us":X,
+ *    "first_exchange_us":X,"init_median_us":X,"init_ranks_us":[X,X],"first_message_us":X,
+ *    "second_message_us":X[,"since_start_us":X]}
  *
  * Build: mpicc -O2 -o target/mpi_pingpong tests/bench/mpi_pingpong.c (scripts/anchors does).
  */
@@ -124,15 +139,34 @@ int main(int argc, char **argv)
 
     /* Wire-up: the first message each way, no barrier before it. */
     int32_t token = 0x5eed;
-    double t_first;
+    double t_first, t_second_start = 0, t_second = 0;
     if (rank == 0) {
         MPI_Send(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD);
         MPI_Recv(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         t_first = now_us(CLOCK_MONOTONIC);
+        /* The second round trip, connected now. */
+        t_second_start = now_us(CLOCK_MONOTONIC);
+        MPI_Send(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD);
+        MPI_Recv(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        t_second = now_us(CLOCK_MONOTONIC);
     } else {
         MPI_Recv(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
         t_first = now_us(CLOCK_MONOTONIC);
         MPI_Send(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD);
+        MPI_Recv(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        MPI_Send(&token, 1, MPI_INT32_T, peer, TAG_WIRE, MPI_COMM_WORLD);
+    }
+    /* Each rank's MPI_Init time and the moment it left MPI_Init, for rank 0. */
+    double start_mine[2] = {t_after_init - t_before_init, t_after_init};
+    double start_all[2 * 2];
+    MPI_Gather(start_mine, 2, MPI_DOUBLE, start_all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    double init_median = 0, first_message = 0, second_message = 0;
+    if (rank == 0) {
+        /* The median of two is their mean. */
+        init_median = (start_all[0] + start_all[2]) / 2.0;
+        double both_ready = start_all[1] > start_all[3] ? start_all[1] : start_all[3];
+        first_message = t_first - both_ready;
+        second_message = t_second - t_second_start;
     }
     double rt_first = rt_before_init + (t_first - t_before_init);
     double mine[4] = {t_after_init - t_before_init, t_first - t_after_init, t_first - t_before_init,
@@ -255,6 +289,9 @@ int main(int argc, char **argv)
             }
             printf("],\"wireup_us\":%.1f,\"init_us\":%.1f,\"first_exchange_us\":%.1f", wire[2],
                    wire[0], wire[1]);
+            printf(",\"init_median_us\":%.1f,\"init_ranks_us\":[%.1f,%.1f],\"first_message_us\":%.1f,"
+                   "\"second_message_us\":%.1f",
+                   init_median, start_all[0], start_all[2], first_message, second_message);
             if (wire[3] >= 0) {
                 printf(",\"since_start_us\":%.1f", wire[3]);
             }
@@ -262,6 +299,9 @@ int main(int argc, char **argv)
         } else {
             printf("mpi_pingpong: 2 ranks, wire-up %.0f us (MPI_Init %.0f + first exchange %.0f)\n",
                    wire[2], wire[0], wire[1]);
+            printf("mpi_pingpong: MPI_Init %.0f us (median of the ranks), first round trip %.0f us "
+                   "(from both ranks ready), second %.0f us\n",
+                   init_median, first_message, second_message);
             printf("%9s %12s %12s %14s\n", "size", "latency us", "median us", "bandwidth MB/s");
             for (int s = 0; s < nsizes; s++) {
                 printf("%9ld %12.2f %12.2f %14.1f\n", sizes[s], lat[s], lat_med[s], bw[s]);

@@ -39,6 +39,7 @@ use std::time::Duration;
 
 pub mod error;
 pub mod handle;
+pub mod host;
 pub mod life;
 pub mod mem;
 mod ptr;
@@ -49,6 +50,7 @@ mod tests;
 
 pub use error::*;
 pub use handle::*;
+pub use host::*;
 pub use life::*;
 pub use mem::*;
 use ptr::*;

@@ -43,22 +43,27 @@ pub unsafe extern "C" fn openib_open(out: *mut *mut openib_t) -> c_int {
             mode: ExchangeMode::default(),
         })?;
         let t = Transport::open(rt, cfg).map_err(open_failure)?;
-        let h = Box::new(openib_t {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            rank: t.rank(),
-            size: t.size(),
-            eager_limit: t.eager_limit(),
-            holder: AtomicUsize::new(0),
-            inner: Mutex::new(Inner {
-                t,
-                done: VecDeque::new(),
-                backlog: BacklogWarning::default(),
-            }),
-        });
         // SAFETY: as above.
-        unsafe { put_out(out, Box::into_raw(h), "out") }?;
+        unsafe { put_out(out, new_handle(t), "out") }?;
         Ok(OPENIB_OK)
     })
+}
+
+/// A handle for an open transport (freed by `openib_close`).
+pub(crate) fn new_handle(t: Transport) -> *mut openib_t {
+    let h = Box::new(openib_t {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        rank: t.rank(),
+        size: t.size(),
+        eager_limit: t.eager_limit(),
+        holder: AtomicUsize::new(0),
+        inner: Mutex::new(Inner {
+            t,
+            done: VecDeque::new(),
+            backlog: BacklogWarning::default(),
+        }),
+    });
+    Box::into_raw(h)
 }
 
 /// Closes the handle: [`Transport::finalize`] flushes (up to [`CLOSE_FLUSH_TIMEOUT`]), then

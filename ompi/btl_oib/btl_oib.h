@@ -99,11 +99,17 @@ typedef struct mca_btl_oib_module_t {
     /* Endpoints by rank, made by add_procs. */
     mca_btl_base_endpoint_t **endpoints;
     mca_btl_base_module_error_cb_fn_t error_cb;
+    /* btl_oib_connect_at_init ran (in the first add_procs). */
+    bool connected_at_init;
 } mca_btl_oib_module_t;
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
  * NULL after a verbose line saying why. */
 mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t);
+
+/* btl_oib_connect_at_init: connects to every reachable peer, once (from the first add_procs,
+ * after Open MPI's fence). */
+void mca_btl_oib_connect_at_init(mca_btl_oib_module_t *m);
 
 /* Progress of one module: the transport's, its completions, then the received messages. */
 int mca_btl_oib_module_progress(mca_btl_oib_module_t *m);

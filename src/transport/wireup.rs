@@ -319,11 +319,31 @@ impl Wireup {
             let why: Vec<String> = discovery
                 .ports
                 .iter()
-                .map(|p| format!("{}: {}", p.name(), p.reason.as_deref().unwrap_or("?")))
+                .map(|p| {
+                    let ip = crate::modex::build::port_ip(p, &topo, cfg.derive.gid_index);
+                    format!(
+                        "{}: {} [CPCs: {}]",
+                        p.name(),
+                        p.reason.as_deref().unwrap_or("?"),
+                        cpc_verdicts(p, ip.is_some(), &host, &cpc_cfg)
+                    )
+                })
                 .collect();
+            let filters = if discovery.unmatched_filters.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; filter entries matching no port: {}",
+                    discovery.unmatched_filters.join(", ")
+                )
+            };
             return Err(PingError::Setup(format!(
-                "no usable port ({})",
-                why.join("; ")
+                "no usable port ({}){filters}",
+                if why.is_empty() {
+                    "the devices have no port".to_string()
+                } else {
+                    why.join("; ")
+                }
             )));
         };
         let my_index = node
@@ -711,6 +731,23 @@ impl OnDemand {
             put_bytes: KEY_HOST.len() + b.len(),
         })
     }
+}
+
+/// Every CPC's verdict on `port`, for messages: `udcm usable, rdmacm: why, ...`.
+fn cpc_verdicts(
+    port: &openib_ports::Port,
+    has_ip: bool,
+    host: &HostFacts,
+    cfg: &CpcConfig,
+) -> String {
+    openib_cpc::evaluate(port, has_ip, host, cfg)
+        .into_iter()
+        .map(|(c, v)| match v {
+            Ok(_) => format!("{c} usable"),
+            Err(why) => format!("{c}: {why}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The view of port `i` of a node blob that port pairing reads.

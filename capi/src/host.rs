@@ -190,7 +190,7 @@ pub unsafe extern "C" fn openib_open_runtime(
             .map_err(|e| Fail::new(OPENIB_ERR_INVALID, format!("ops: {e}")))?;
         init_logging();
         let cfg = TransportConfig::from_env(PingConfig {
-            derive: openib_ports::DeriveConfig::default(),
+            derive: openib_rs::transport::derive_from_env()?,
             cpc: None,
             timeout: Duration::from_secs(60),
             mode: ExchangeMode::OnDemand,

@@ -37,7 +37,7 @@ pub unsafe extern "C" fn openib_open(out: *mut *mut openib_t) -> c_int {
         let rt = openib_rs::runtime::connect()
             .map_err(|e| Fail::new(OPENIB_ERR_RUNTIME, e.to_string()))?;
         let cfg = TransportConfig::from_env(PingConfig {
-            derive: openib_ports::DeriveConfig::default(),
+            derive: openib_rs::transport::derive_from_env()?,
             cpc: None,
             timeout: Duration::from_secs(60),
             mode: ExchangeMode::default(),

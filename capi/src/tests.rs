@@ -394,6 +394,26 @@ fn open_runtime_without_a_port_publishes_nothing() {
         "a rank without a port publishes nothing"
     );
     assert_eq!(s.gets.load(Ordering::SeqCst), 0);
+
+    // The port filter of the environment is read (btl_oib_if_include becomes
+    // OPENIB_IF_INCLUDE): both lists at once are refused by name, before any device is looked
+    // at. (Before, the C ABI derived ports with the default filter and ignored both.)
+    // SAFETY: no other test of this crate reads these two variables.
+    unsafe {
+        std::env::set_var("OPENIB_IF_INCLUDE", "nonexistent0");
+        std::env::set_var("OPENIB_IF_EXCLUDE", "rxe0");
+    }
+    // SAFETY: as above.
+    let rc = unsafe { openib_open_runtime(&ops, &mut t) };
+    let msg = last();
+    // SAFETY: as above.
+    unsafe {
+        std::env::remove_var("OPENIB_IF_INCLUDE");
+        std::env::remove_var("OPENIB_IF_EXCLUDE");
+    }
+    assert_eq!(rc, OPENIB_ERR_SETUP, "{msg}");
+    assert!(msg.contains("OPENIB_IF_INCLUDE"), "{msg}");
+    assert_eq!(s.puts.load(Ordering::SeqCst), 0);
 }
 
 /// The runtime over the fake host's callbacks: put/get round trip, a rank that published

@@ -66,7 +66,7 @@ pub mod wireup;
 pub use shared::SharedTransport;
 
 use crate::runtime::Runtime;
-pub use config::{SrqMode, TransportConfig};
+pub use config::{derive_from_env, SrqMode, TransportConfig};
 use dropped::DroppedQps;
 use endpoint::{wr, Endpoint, SqBudget, ANY_PEER, KIND_RECV, KIND_SRQ};
 pub use endpoint::{EndpointState, EndpointStats, SendBudget, SrqStats};

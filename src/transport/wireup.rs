@@ -203,6 +203,15 @@ impl Wireup {
             own_ads,
             refused,
         } = Self::prepare(rt, cfg, cq_depth, srq_max)?;
+        // A port no CPC can serve is no usable port: publish nothing, so that peers find this
+        // process unreachable at once (the caller says why once, not each peer).
+        if own_ads.is_empty() {
+            return Err(PingError::Setup(format!(
+                "no usable port: {} offers no CPC ({})",
+                node.port_names[my_index],
+                refused.join("; ")
+            )));
+        }
         let mut blob = node.blob.clone();
         blob.local_procs = Some(
             LocalProcs::gather(&node.blob, std::slice::from_ref(&mine))

@@ -749,6 +749,10 @@ fn cpc_verdicts(
     host: &HostFacts,
     cfg: &CpcConfig,
 ) -> String {
+    if !port.usable {
+        // Every CPC would say "the port is not usable: <the port's reason>".
+        return "none on an unusable port".into();
+    }
     openib_cpc::evaluate(port, has_ip, host, cfg)
         .into_iter()
         .map(|(c, v)| match v {

@@ -84,9 +84,9 @@ fn mpirun_self_oib_exchanges_checked_messages_with_2_3_and_4_ranks() {
 /// and steps aside at once. With `self,tcp,oib` the job succeeds (ranks 0 and 1 over oib, rank
 /// 2 over tcp) and ranks 0 and 1 did not wait for rank 2: they made their modules (before, the
 /// transport's own PMIx fence waited for rank 2 until its timeout and then gave up). With
-/// `self,oib` Open MPI ends the job with its "unable to reach each other" error, in bounded
-/// time (the `timeout 200` would say 124). Rank 2's message names its ports and why (at the
-/// default verbosity, since oib was named in `btl` and rxe0 exists).
+/// `self,oib` Open MPI ends the job with its unreachable error, in bounded time (the
+/// `timeout 200` would say 124). Rank 2's message names its ports and why, at the default
+/// verbosity, with oib named in `btl` and without (rxe0 exists).
 #[test]
 fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
     if harness::skip_guest("softroce_ompi_oib") {
@@ -121,6 +121,9 @@ fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
     for (name, btl, verbose) in [
         ("tcp", "self,tcp,oib", "--mca btl_base_verbose 10"),
         ("oib-only", "self,oib", ""),
+        // oib not named (an exclusion list selects every other BTL, as Debian's defaults do):
+        // rxe0 exists, so rank 2's message is still shown at the default verbosity.
+        ("not-named", "^openib,uct", ""),
     ] {
         script.push_str(&format!(
             "echo '=== {name}'; timeout 200 mpirun --oversubscribe -np 3 --mca pml ob1 \
@@ -181,5 +184,17 @@ fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
     assert!(
         text.contains("btl: oib: no module"),
         "oib-only: rank 2's message is not shown at the default verbosity:\n{text}"
+    );
+
+    let text = harness::section(&out, "not-named").unwrap_or_else(|| panic!("no not-named: {out}"));
+    assert!(text.contains("exit 0"), "not-named: mpirun failed:\n{text}");
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("btl: oib: no module"))
+        .collect();
+    assert!(
+        lines.len() == 1 && lines[0].contains("rxe0") && lines[0].contains("nonexistent0"),
+        "not-named: rank 2's one message (a device exists, no usable port) expected at the \
+         default verbosity:\n{text}"
     );
 }

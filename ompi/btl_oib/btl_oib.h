@@ -36,10 +36,9 @@ typedef struct mca_btl_oib_component_t {
     char *cpc_exclude; /* btl_oib_cpc_exclude -> OPENIB_CPC_EXCLUDE */
     int gid_index;     /* btl_oib_gid_index   -> OPENIB_GID_INDEX (-1: unset) */
     int recv_depth;    /* btl_oib_recv_depth  -> OPENIB_RECV_DEPTH (0: unset) */
-    /* btl_oib_connect_at_init: connect to every peer in btl_init (openib_connect_all, up to
-     * connect_timeout ms). Interim: the transport connects only from the lower rank of a pair,
-     * so a higher rank's first message to a lower rank that never sends to it would wait
-     * forever with lazy connections (docs/OMPI.md). */
+    /* btl_oib_connect_at_init: connect to every reachable peer in the first add_procs
+     * (openib_connect_all, up to connect_timeout ms). Interim: over rdmacm the transport
+     * connects only from the lower rank of a pair (docs/OMPI.md). */
     bool connect_at_init;
     int connect_timeout;
 

@@ -62,6 +62,7 @@ impl Transport {
             // fail() released the endpoint's transfers; dropping it releases the QP, then
             // its buffers (field order).
             self.eps.remove(&p);
+            self.w.forget(p);
         }
     }
 

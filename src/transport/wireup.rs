@@ -252,6 +252,7 @@ impl Wireup {
                 ads: own_ads,
                 size: info.size,
                 timeout: cfg.timeout,
+                removed: Default::default(),
             }),
         })
     }
@@ -263,7 +264,7 @@ impl Wireup {
     pub fn resolve(&mut self, rt: &dyn Runtime, peer: u32) -> Option<&Result<CpcId, String>> {
         if !self.plans.contains_key(&peer) {
             let od = self.on_demand.as_ref()?;
-            if peer == self.me || peer >= od.size {
+            if peer == self.me || peer >= od.size || od.removed.contains(&peer) {
                 return None;
             }
             let plan = od.read_peer(rt, peer).and_then(|p| {
@@ -292,6 +293,15 @@ impl Wireup {
         v.sort_unstable();
         v.dedup();
         v
+    }
+
+    /// On a host's runtime: `peer` was removed (`del_procs`); it is not read again, so a late
+    /// hello from it does not make it an endpoint again.
+    pub fn forget(&mut self, peer: u32) {
+        if let Some(od) = &mut self.on_demand {
+            od.removed.insert(peer);
+            self.plans.remove(&peer);
+        }
     }
 
     /// Whether peers are read on demand (opened on a host's runtime).
@@ -701,6 +711,8 @@ struct OnDemand {
     ads: Vec<Advert>,
     size: u32,
     timeout: Duration,
+    /// Peers removed by `del_procs`: never read again.
+    removed: std::collections::BTreeSet<u32>,
 }
 
 impl OnDemand {

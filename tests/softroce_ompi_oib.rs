@@ -120,7 +120,7 @@ fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
     let mut script = format!("export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n");
     for (name, btl, verbose) in [
         ("tcp", "self,tcp,oib", "--mca btl_base_verbose 10"),
-        ("oib-only", "self,oib", ""),
+        ("oib-only", "self,oib", "--mca btl_base_verbose 10"),
         // oib not named (an exclusion list selects every other BTL, as Debian's defaults do):
         // rxe0 exists, so rank 2's message is still shown at the default verbosity.
         ("not-named", "^openib,uct", ""),
@@ -169,21 +169,43 @@ fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
         .count();
     assert_eq!(via_oib, 2, "tcp: oib between ranks 0 and 1 only:\n{text}");
 
+    // Ranks 0 and 1 found rank 2 unreachable at once, with the transport's reason (it
+    // published no modex): not an error, ob1 took tcp for it.
+    for r in 0..2 {
+        let marker = format!("btl: oib: one module (rank {r} of 3");
+        let pid = text
+            .lines()
+            .find(|l| l.contains(&marker))
+            .and_then(|l| l.split(']').next())
+            .unwrap_or_else(|| panic!("tcp: rank {r} made no module:\n{text}"));
+        assert!(
+            text.lines().any(|l| l.starts_with(pid)
+                && l.contains("btl: oib: rank 2 unreachable")
+                && l.contains("published no openib modex")),
+            "tcp: rank {r} did not find rank 2 unreachable with the reason:\n{text}"
+        );
+    }
     let text = harness::section(&out, "oib-only").unwrap_or_else(|| panic!("no oib-only: {out}"));
     assert!(
         !text.contains("exit 0") && !text.contains("exit 124"),
         "oib-only: the job must fail, and not by the timeout:\n{text}"
     );
-    // Open MPI's help text, from ob1's add_procs failing with OMPI_ERR_UNREACH in MPI_Init (or
-    // the BML's, when it gets to print its own).
+    // Rank 2 (self alone) reaches nobody: MPI_Init fails there and the job ends. Open MPI's
+    // help text ("unreachable from another") goes through mpirun, which sometimes loses it when
+    // processes abort together (then it logs an error in show_help.c instead).
     assert!(
         text.contains("is unreachable\nfrom another")
-            || text.contains("unable to reach each other"),
-        "oib-only: not Open MPI's unreachable error:\n{text}"
+            || text.contains("unable to reach each other")
+            || text.contains("error occurred in MPI_Init")
+            || text.contains("show_help.c"),
+        "oib-only: no sign of Open MPI's MPI_Init error:\n{text}"
     );
-    assert!(
-        text.contains("btl: oib: no module"),
-        "oib-only: rank 2's message is not shown at the default verbosity:\n{text}"
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("btl: oib: no module"))
+            .count(),
+        1,
+        "oib-only: rank 2's one message expected:\n{text}"
     );
 
     let text = harness::section(&out, "not-named").unwrap_or_else(|| panic!("no not-named: {out}"));

@@ -77,7 +77,7 @@ pub fn derive_from_env() -> Result<openib_ports::DeriveConfig, TransportError> {
         apm_over_ports: config::bool("OPENIB_APM_OVER_PORTS")?,
         filter: openib_ports::Filter::from_lists(include.as_deref(), exclude.as_deref()).map_err(
             |e| {
-                TransportError::Wireup(crate::ping::PingError::Setup(format!(
+                TransportError::Wireup(super::wireup::PingError::Setup(format!(
                     "OPENIB_IF_INCLUDE / OPENIB_IF_EXCLUDE: {e}"
                 )))
             },

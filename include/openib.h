@@ -11,7 +11,8 @@
  *   failure, openib_last_error() describes it.
  * - Every pointer argument is checked: NULL gives OPENIB_ERR_INVALID unless a function says
  *   NULL is allowed. Out-parameters named *_out are optional (NULL: not wanted).
- * - No function blocks longer than it says: openib_open (a collective wire-up over all ranks),
+ * - No function blocks longer than it says: openib_open (a collective wire-up over all ranks;
+ *   openib_open_runtime runs none: only the host's put, and get when a peer is first used),
  *   openib_flush and openib_connect_all (up to their timeout) and openib_close (its flush, up to
  *   10 s). Everything else returns at once; operations complete through openib_progress.
  *
@@ -109,6 +110,52 @@ typedef void (*openib_recv_cb)(void *ctx, uint32_t src, uint8_t tag, const void 
  * OPENIB_ERR_NO_DEVICE on a machine without RDMA (openib_last_error() names the reason and how
  * to create a SoftRoCE device). */
 int openib_open(openib_t **out);
+
+/* The host's runtime, for openib_open_runtime: an MPI library's modex (Open MPI's
+ * OPAL_MODEX_SEND / OPAL_MODEX_RECV), whose fence the host runs itself after every component
+ * has published. The transport calls the callbacks with `ctx`, from openib_open_runtime and
+ * later from any thread that calls a function on the handle (openib_reachable, a send,
+ * openib_progress when a peer connects first), until openib_close. */
+#define OPENIB_RUNTIME_OPS_VERSION 1
+/* get's result when `rank` published nothing under `key`. */
+#define OPENIB_RUNTIME_NOT_FOUND 1
+typedef struct openib_runtime_ops_t {
+    uint32_t version;  /* OPENIB_RUNTIME_OPS_VERSION */
+    uint32_t rank;     /* this process's rank in the job (0..size-1) */
+    uint32_t size;     /* the number of ranks in the job */
+    uint32_t reserved; /* 0 */
+    const char *node;  /* this process's node name (NULL: the host name); copied at open */
+    void *ctx;
+    /* Publishes `len` bytes under `key` for every process of the job (visible to them after
+     * the host's fence); 0, or negative on failure. Called once, by openib_open_runtime. */
+    int (*put)(void *ctx, const char *key, const void *value, size_t len);
+    /* Hands the puts to the host's runtime; NULL when the host commits itself. 0 or negative. */
+    int (*commit)(void *ctx);
+    /* The value `rank` published under `key`: 0 with *value_out and *len_out set,
+     * OPENIB_RUNTIME_NOT_FOUND when it published none (the transport then treats the rank as
+     * unreachable, without waiting), or negative on failure. */
+    int (*get)(void *ctx, uint32_t rank, const char *key, void **value_out, size_t *len_out);
+    /* Frees a value get returned, once the transport copied it; NULL: the host keeps it. */
+    void (*release)(void *ctx, void *value);
+} openib_runtime_ops_t;
+
+/* Opens the transport of this process on the host's runtime `ops` instead of the
+ * environment's: discovers the ports, opens the CPC services, publishes this process's
+ * modex with ONE put (and commit) and returns WITHOUT a fence; the host runs its own fence
+ * afterwards, and each peer's modex is read with get when first needed (openib_reachable, an
+ * operation to it, or its connection attempt). put and get are required (OPENIB_ERR_INVALID);
+ * rank >= size or another version is OPENIB_ERR_INVALID. A process without a usable port
+ * fails here (OPENIB_ERR_SETUP, OPENIB_ERR_NO_DEVICE, ...; openib_last_error names each port
+ * and why) and publishes nothing: its peers find it unreachable, nobody waits for it.
+ * Settings come from the environment, as for openib_open. */
+int openib_open_runtime(const openib_runtime_ops_t *ops, openib_t **out);
+
+/* Whether rank `peer` can be reached: 1 yes (a port pair and a CPC connect to it; the
+ * connection itself is made on first use), 0 no (openib_last_error says why: it published no
+ * modex, no common subnet or CPC, or it is this process), or a negative error
+ * (OPENIB_ERR_BAD_PEER for a rank outside the job). On a handle of openib_open_runtime the
+ * first call for a peer reads its modex through the host's get. */
+int openib_reachable(openib_t *t, uint32_t peer);
 
 /* Closes the handle: first flushes for up to 10 s (as openib_flush: receive callbacks may
  * still run), then releases every connection, queue pair, cached registration and the port,

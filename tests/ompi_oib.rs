@@ -134,12 +134,15 @@ fn ompi_info_lists_oib_and_its_parameters() {
 }
 
 /// `mpirun -np 2 --mca pml ob1 --mca btl self,vader,oib [extra...] ompi_hello`.
-fn mpirun_hello(so: &Path, exe: &Path, extra: &[&str]) -> (String, String) {
+/// `btl`: the `btl` MCA variable, or None for Open MPI's default list (every installed BTL,
+/// oib among them, not named).
+fn mpirun_hello(so: &Path, exe: &Path, btl: Option<&str>, extra: &[&str]) -> (String, String) {
     let mut c = ompi_cmd("mpirun", so);
-    c.args(["--oversubscribe", "-np", "2", "--mca", "pml", "ob1"])
-        .args(["--mca", "btl", "self,vader,oib"])
-        .args(extra)
-        .arg(exe);
+    c.args(["--oversubscribe", "-np", "2", "--mca", "pml", "ob1"]);
+    if let Some(btl) = btl {
+        c.args(["--mca", "btl", btl]);
+    }
+    c.args(extra).arg(exe);
     let o = c.output().expect("mpirun");
     let (out, err) = text(&o);
     assert!(
@@ -190,12 +193,13 @@ fn mpirun_without_rdma_runs_and_oib_steps_aside_quietly() {
     if !have_mpirun_and_no_rdma() {
         return;
     }
-    let (_, err) = mpirun_hello(&so, &exe, &[]);
+    // Open MPI's default BTL list (oib not named) on a machine without RDMA: quiet.
+    let (_, err) = mpirun_hello(&so, &exe, None, &[]);
     assert!(
         !err.contains("oib"),
         "the component was not quiet at the default verbosity:\n{err}"
     );
-    let (_, err) = mpirun_hello(&so, &exe, &["--mca", "btl_base_verbose", "100"]);
+    let (_, err) = mpirun_hello(&so, &exe, None, &["--mca", "btl_base_verbose", "100"]);
     // The component was opened and its init asked (not only listed): Open MPI says so.
     assert!(
         err.contains("init of component oib"),
@@ -209,7 +213,7 @@ fn mpirun_without_rdma_runs_and_oib_steps_aside_quietly() {
             "the line does not name the reason: {l}"
         );
         assert!(
-            l.contains("openib_open: "),
+            l.contains("openib_open_runtime: "),
             "not the transport's reason: {l}"
         );
     }
@@ -232,11 +236,9 @@ fn mca_parameters_reach_the_transport_settings() {
         ("btl_oib_eager_limit", "10", "OPENIB_EAGER_LIMIT=\"10\""),
         ("btl_oib_recv_depth", "1", "OPENIB_RECV_DEPTH=\"1\""),
     ] {
-        let (_, err) = mpirun_hello(
-            &so,
-            &exe,
-            &["--mca", param, value, "--mca", "btl_base_verbose", "1"],
-        );
+        // At the default verbosity and with oib not named: a refused value is the user's
+        // mistake, said whatever the verbosity.
+        let (_, err) = mpirun_hello(&so, &exe, None, &["--mca", param, value]);
         let lines = step_aside_lines(&err);
         assert_eq!(
             lines.len(),
@@ -247,6 +249,11 @@ fn mca_parameters_reach_the_transport_settings() {
             assert!(
                 l.contains(setting) && l.contains("out of range"),
                 "{param}={value} did not reach {setting}: {l}"
+            );
+            assert!(
+                l.contains(&format!("MCA variable {param}={value} is not allowed"))
+                    && l.contains("allowed: an integer from"),
+                "the line does not name the variable and the allowed range: {l}"
             );
         }
     }
@@ -280,4 +287,35 @@ fn the_component_is_never_unloaded() {
         .find(|l| l.contains("(FLAGS_1)"))
         .unwrap_or_else(|| panic!("no FLAGS_1 in {}:\n{out}", so.display()));
     assert!(flags.contains("NODELETE"), "{flags}");
+}
+
+/// oib named in `btl` on a machine without RDMA: the one message, at the default verbosity,
+/// one per rank, saying why (no device); the job runs over the other BTLs.
+#[test]
+fn oib_named_explicitly_says_why_it_has_no_module() {
+    let Some(so) = prereq::require(component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(hello()) else {
+        return;
+    };
+    if !have_mpirun_and_no_rdma() {
+        return;
+    }
+    let (_, err) = mpirun_hello(&so, &exe, Some("self,vader,oib"), &[]);
+    let lines = step_aside_lines(&err);
+    assert_eq!(lines.len(), 2, "one message per rank expected:\n{err}");
+    for l in lines {
+        assert!(
+            (l.contains("no module (no RDMA device)") || l.contains("no module (libibverbs"))
+                && l.contains("openib_open_runtime: "),
+            "the message does not name the reason: {l}"
+        );
+    }
+    // An exclusion list names nothing to use: quiet again.
+    let (_, err) = mpirun_hello(&so, &exe, Some("^tcp"), &[]);
+    assert!(
+        step_aside_lines(&err).is_empty(),
+        "quiet expected with btl ^tcp:\n{err}"
+    );
 }

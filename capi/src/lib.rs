@@ -40,6 +40,7 @@ use std::time::Duration;
 
 pub mod error;
 pub mod handle;
+pub mod host;
 pub mod life;
 pub mod mem;
 mod ptr;
@@ -50,6 +51,7 @@ mod tests;
 
 pub use error::*;
 pub use handle::*;
+pub use host::*;
 pub use life::*;
 pub use mem::*;
 use ptr::*;

@@ -37,28 +37,33 @@ pub unsafe extern "C" fn openib_open(out: *mut *mut openib_t) -> c_int {
         let rt = openib_rs::runtime::connect()
             .map_err(|e| Fail::new(OPENIB_ERR_RUNTIME, e.to_string()))?;
         let cfg = TransportConfig::from_env(PingConfig {
-            derive: openib_ports::DeriveConfig::default(),
+            derive: openib_rs::transport::derive_from_env()?,
             cpc: None,
             timeout: Duration::from_secs(60),
             mode: ExchangeMode::default(),
         })?;
         let t = Transport::open(rt, cfg).map_err(open_failure)?;
-        let h = Box::new(openib_t {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
-            rank: t.rank(),
-            size: t.size(),
-            eager_limit: t.eager_limit(),
-            holder: AtomicUsize::new(0),
-            inner: Mutex::new(Inner {
-                t,
-                done: VecDeque::new(),
-                backlog: BacklogWarning::default(),
-            }),
-        });
         // SAFETY: as above.
-        unsafe { put_out(out, Box::into_raw(h), "out") }?;
+        unsafe { put_out(out, new_handle(t), "out") }?;
         Ok(OPENIB_OK)
     })
+}
+
+/// A handle for an open transport (freed by `openib_close`).
+pub(crate) fn new_handle(t: Transport) -> *mut openib_t {
+    let h = Box::new(openib_t {
+        id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+        rank: t.rank(),
+        size: t.size(),
+        eager_limit: t.eager_limit(),
+        holder: AtomicUsize::new(0),
+        inner: Mutex::new(Inner {
+            t,
+            done: VecDeque::new(),
+            backlog: BacklogWarning::default(),
+        }),
+    });
+    Box::into_raw(h)
 }
 
 /// Closes the handle: [`Transport::finalize`] flushes (up to [`CLOSE_FLUSH_TIMEOUT`]), then

@@ -311,3 +311,212 @@ fn by_address_ranges_are_checked_on_both_sides() {
     let e = f(0x1000, 0x2019, 8).unwrap_err();
     assert!(e.msg.starts_with("remote: "), "{}", e.msg);
 }
+
+/// A fake in-process host runtime: a store of (rank, key) -> value and call counters.
+mod fake_host {
+    use super::*;
+    use std::collections::HashMap;
+
+    #[derive(Default)]
+    pub struct Store {
+        pub values: Mutex<HashMap<(u32, String), Vec<u8>>>,
+        pub me: u32,
+        pub puts: AtomicUsize,
+        pub commits: AtomicUsize,
+        pub gets: AtomicUsize,
+        pub releases: AtomicUsize,
+    }
+
+    pub unsafe extern "C" fn put(
+        ctx: *mut c_void,
+        key: *const c_char,
+        value: *const c_void,
+        len: usize,
+    ) -> c_int {
+        // SAFETY: ctx is a &Store the test passed; key and value are valid for the call.
+        let s = unsafe { &*(ctx as *const Store) };
+        // SAFETY: key is NUL-terminated for the call.
+        let k = unsafe { CStr::from_ptr(key) }
+            .to_string_lossy()
+            .into_owned();
+        // SAFETY: value holds len bytes for the call.
+        let v = unsafe { std::slice::from_raw_parts(value.cast::<u8>(), len) }.to_vec();
+        s.values.lock().unwrap().insert((s.me, k), v);
+        s.puts.fetch_add(1, Ordering::SeqCst);
+        0
+    }
+
+    pub unsafe extern "C" fn commit(ctx: *mut c_void) -> c_int {
+        // SAFETY: as above.
+        let s = unsafe { &*(ctx as *const Store) };
+        s.commits.fetch_add(1, Ordering::SeqCst);
+        0
+    }
+
+    pub unsafe extern "C" fn get(
+        ctx: *mut c_void,
+        rank: u32,
+        key: *const c_char,
+        value_out: *mut *mut c_void,
+        len_out: *mut usize,
+    ) -> c_int {
+        // SAFETY: as above; the out-pointers are the transport's locals.
+        let s = unsafe { &*(ctx as *const Store) };
+        s.gets.fetch_add(1, Ordering::SeqCst);
+        // SAFETY: key is NUL-terminated for the call.
+        let k = unsafe { CStr::from_ptr(key) }
+            .to_string_lossy()
+            .into_owned();
+        match s.values.lock().unwrap().get(&(rank, k)) {
+            None => OPENIB_RUNTIME_NOT_FOUND,
+            Some(v) => {
+                let n = v.len();
+                let b = Box::into_raw(v.clone().into_boxed_slice());
+                // SAFETY: the out-pointers are writable (the transport's locals).
+                unsafe {
+                    *len_out = n;
+                    *value_out = b.cast::<c_void>();
+                }
+                0
+            }
+        }
+    }
+
+    pub unsafe extern "C" fn release(ctx: *mut c_void, _value: *mut c_void) {
+        // SAFETY: as above. (The test leaks the value: release only counts.)
+        let s = unsafe { &*(ctx as *const Store) };
+        s.releases.fetch_add(1, Ordering::SeqCst);
+    }
+
+    pub fn ops(s: &Store, rank: u32, size: u32) -> openib_runtime_ops_t {
+        openib_runtime_ops_t {
+            version: OPENIB_RUNTIME_OPS_VERSION,
+            rank,
+            size,
+            reserved: 0,
+            node: c"fake-node".as_ptr(),
+            ctx: s as *const Store as *mut c_void,
+            put: Some(put),
+            commit: Some(commit),
+            get: Some(get),
+            release: Some(release),
+        }
+    }
+}
+
+#[test]
+fn open_runtime_checks_its_ops() {
+    let s = fake_host::Store::default();
+    let mut t = null_mut();
+    // SAFETY: every pointer is NULL or points to a local.
+    unsafe {
+        assert_eq!(openib_open_runtime(null(), &mut t), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_open_runtime: ops is NULL");
+        let ok = fake_host::ops(&s, 0, 2);
+        assert_eq!(openib_open_runtime(&ok, null_mut()), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_open_runtime: out is NULL");
+        let bad = openib_runtime_ops_t { version: 2, ..ok };
+        assert_eq!(openib_open_runtime(&bad, &mut t), OPENIB_ERR_INVALID);
+        assert!(last().contains("version is 2"), "{}", last());
+        let bad = openib_runtime_ops_t { put: None, ..ok };
+        assert_eq!(openib_open_runtime(&bad, &mut t), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_open_runtime: ops->put is NULL");
+        let bad = openib_runtime_ops_t { get: None, ..ok };
+        assert_eq!(openib_open_runtime(&bad, &mut t), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_open_runtime: ops->get is NULL");
+        let bad = openib_runtime_ops_t { rank: 2, ..ok };
+        assert_eq!(openib_open_runtime(&bad, &mut t), OPENIB_ERR_INVALID);
+        assert!(last().contains("rank 2 is out of range"), "{}", last());
+        assert!(t.is_null());
+        assert_eq!(openib_reachable(null_mut(), 1), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_reachable: t is NULL");
+    }
+    // Nothing was published by the refused opens.
+    assert_eq!(s.puts.load(Ordering::SeqCst), 0);
+}
+
+/// Without an RDMA device (the host) the open fails as openib_open does, names why, and
+/// publishes nothing, so peers find this rank unreachable instead of waiting for it.
+#[test]
+fn open_runtime_without_a_port_publishes_nothing() {
+    if openib_ports::hw::read_topology()
+        .map(|s| s.topology.devices.iter().any(|d| !d.ports.is_empty()))
+        .unwrap_or(false)
+    {
+        eprintln!(
+            "open_runtime_without_a_port_publishes_nothing: skipped: this machine has an RDMA port"
+        );
+        return;
+    }
+    let s = fake_host::Store::default();
+    let ops = fake_host::ops(&s, 0, 2);
+    let mut t = null_mut();
+    // SAFETY: `ops` and its ctx (`s`) outlive the call; `t` is a local.
+    let rc = unsafe { openib_open_runtime(&ops, &mut t) };
+    assert!(
+        matches!(
+            rc,
+            OPENIB_ERR_NO_DEVICE | OPENIB_ERR_NO_VERBS | OPENIB_ERR_SETUP
+        ),
+        "{rc}: {}",
+        last()
+    );
+    assert!(t.is_null());
+    assert!(last().starts_with("openib_open_runtime: "), "{}", last());
+    assert_eq!(
+        s.puts.load(Ordering::SeqCst),
+        0,
+        "a rank without a port publishes nothing"
+    );
+    assert_eq!(s.gets.load(Ordering::SeqCst), 0);
+
+    // The port filter of the environment is read (btl_oib_if_include becomes
+    // OPENIB_IF_INCLUDE): both lists at once are refused by name, before any device is looked
+    // at. (Before, the C ABI derived ports with the default filter and ignored both.)
+    // SAFETY: no other test of this crate reads these two variables.
+    unsafe {
+        std::env::set_var("OPENIB_IF_INCLUDE", "nonexistent0");
+        std::env::set_var("OPENIB_IF_EXCLUDE", "rxe0");
+    }
+    // SAFETY: as above.
+    let rc = unsafe { openib_open_runtime(&ops, &mut t) };
+    let msg = last();
+    // SAFETY: as above.
+    unsafe {
+        std::env::remove_var("OPENIB_IF_INCLUDE");
+        std::env::remove_var("OPENIB_IF_EXCLUDE");
+    }
+    assert_eq!(rc, OPENIB_ERR_SETUP, "{msg}");
+    assert!(msg.contains("OPENIB_IF_INCLUDE"), "{msg}");
+    assert_eq!(s.puts.load(Ordering::SeqCst), 0);
+}
+
+/// The runtime over the fake host's callbacks: put/get round trip, a rank that published
+/// nothing is NotFound (not a wait), the value is released, and the fence is refused.
+#[test]
+fn host_runtime_over_c_callbacks() {
+    use openib_rs::runtime::host::HostRuntime;
+    use openib_rs::runtime::{Runtime, RuntimeError, Scope};
+    let s = Box::leak(Box::new(fake_host::Store {
+        me: 1,
+        ..Default::default()
+    }));
+    let ops = fake_host::ops(s, 1, 3);
+    let rt = HostRuntime::new(1, 3, "n".into(), Box::new(host::test_ops(ops))).unwrap();
+    assert_eq!(rt.info().backend, "host");
+    rt.put(Scope::Global, "k", b"value").unwrap();
+    rt.commit().unwrap();
+    assert_eq!(s.commits.load(Ordering::SeqCst), 1);
+    assert_eq!(rt.get(1, "k", Duration::ZERO).unwrap(), b"value");
+    assert_eq!(s.releases.load(Ordering::SeqCst), 1);
+    assert!(matches!(
+        rt.get(2, "k", Duration::ZERO),
+        Err(RuntimeError::NotFound { rank: 2, .. })
+    ));
+    assert!(matches!(
+        rt.get(3, "k", Duration::ZERO),
+        Err(RuntimeError::BadRank { rank: 3, size: 3 })
+    ));
+    let e = rt.fence(true, Duration::ZERO).unwrap_err().to_string();
+    assert!(e.contains("the host runs the fence"), "{e}");
+}

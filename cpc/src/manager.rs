@@ -71,6 +71,9 @@ pub struct Connector<T: HelloTransport> {
     pending: HashMap<(u32, u8), Pending>,
     established: Vec<Connection>,
     failed: Vec<(u32, u8, ConnectError)>,
+    /// Ranks whose hellos were dropped for want of their address, since the last
+    /// [`Connector::take_unknown`].
+    unknown: std::collections::BTreeSet<u32>,
 }
 
 impl<T: HelloTransport> Connector<T> {
@@ -84,6 +87,7 @@ impl<T: HelloTransport> Connector<T> {
             pending: HashMap::new(),
             established: Vec::new(),
             failed: Vec::new(),
+            unknown: Default::default(),
         }
     }
 
@@ -125,6 +129,7 @@ impl<T: HelloTransport> Connector<T> {
                     from = h.from,
                     "hello from a rank with no known address dropped"
                 );
+                self.unknown.insert(h.from);
                 continue;
             }
             let (retry, me) = (self.retry, self.me);
@@ -155,6 +160,12 @@ impl<T: HelloTransport> Connector<T> {
     /// The connections established since the last call.
     pub fn take_established(&mut self) -> Vec<Connection> {
         std::mem::take(&mut self.established)
+    }
+
+    /// The ranks whose hellos were dropped because their address is not known (a caller that
+    /// reads peers' addresses on demand adds them; the peer's next retry then gets through).
+    pub fn take_unknown(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.unknown).into_iter().collect()
     }
 
     /// The attempts that failed since the last call.

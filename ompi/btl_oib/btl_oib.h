@@ -36,9 +36,9 @@ typedef struct mca_btl_oib_component_t {
     char *cpc_exclude; /* btl_oib_cpc_exclude -> OPENIB_CPC_EXCLUDE */
     int gid_index;     /* btl_oib_gid_index   -> OPENIB_GID_INDEX (-1: unset) */
     int recv_depth;    /* btl_oib_recv_depth  -> OPENIB_RECV_DEPTH (0: unset) */
-    /* btl_oib_connect_at_init: connect to every peer in btl_init (openib_connect_all, up to
-     * connect_timeout ms) instead of on first use (the default since every CPC starts a
-     * connection from either side of a pair). */
+    /* btl_oib_connect_at_init: connect to every reachable peer in the first add_procs
+     * (openib_connect_all, up to connect_timeout ms) instead of on first use (the default
+     * since every CPC starts a connection from either side of a pair). */
     bool connect_at_init;
     int connect_timeout;
 
@@ -140,11 +140,17 @@ typedef struct mca_btl_oib_module_t {
     openib_mem_t *scratch;
     /* Counters, printed at finalize (btl_base_verbose 5): how a test sees the RDMA path. */
     uint64_t n_reg, n_put, put_bytes, n_get, get_bytes, n_atomic;
+    /* btl_oib_connect_at_init ran (in the first add_procs). */
+    bool connected_at_init;
 } mca_btl_oib_module_t;
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
  * NULL after a verbose line saying why. */
 mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t);
+
+/* btl_oib_connect_at_init: connects to every reachable peer, once (from the first add_procs,
+ * after Open MPI's fence). */
+void mca_btl_oib_connect_at_init(mca_btl_oib_module_t *m);
 
 /* Progress of one module: the transport's (receive callbacks run inside), then its
  * completions. */

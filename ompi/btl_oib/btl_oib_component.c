@@ -2,8 +2,11 @@
  * btl_oib_component.c: the component's life (register, open, close, init, progress) and the
  * mapping of its MCA variables onto the transport's OPENIB_* settings.
  *
- * btl_init opens the transport (openib_open: our own PMIx client, which under mpirun joins the
- * job's PMIx session a second time in the same process; PMIx counts the references). Where
+ * btl_init opens the transport on Open MPI's own modex (openib_open_runtime): the transport
+ * publishes its modex through OPAL_MODEX_SEND under this component's key, runs no fence (Open
+ * MPI runs one after every BTL's btl_init) and reads a peer's modex with OPAL_MODEX_RECV when
+ * add_procs first asks about it (openib_reachable). No second PMIx client, no second fence; a
+ * rank without a usable port publishes nothing and its peers find it unreachable. Where
  * the transport cannot open (no libibverbs, no RDMA device, no usable port, no CPC), the
  * component returns no module and says why in ONE line at verbosity 1 of the BTL framework's
  * stream (`--mca btl_base_verbose 1` shows it): it never aborts the job, because Debian's
@@ -17,6 +20,7 @@
 
 #include "opal/constants.h"
 #include "opal/mca/base/mca_base_var.h"
+#include "opal/mca/pmix/pmix.h"
 #include "opal/util/output.h"
 
 #include "btl_oib.h"
@@ -158,6 +162,28 @@ static bool base_var_set(const char *name)
     return MCA_BASE_VAR_SOURCE_DEFAULT != source;
 }
 
+/* The settings apply_settings set from MCA variables, to name the variable when the transport
+ * refuses the value. */
+static struct {
+    const char *var;
+    const char *setting;
+    char value[64];
+} applied[8];
+static size_t n_applied;
+
+static int set_setting(const char *setting, const char *value);
+
+static int set_from_var(const char *var, const char *setting, const char *value)
+{
+    if (n_applied < sizeof applied / sizeof applied[0]) {
+        applied[n_applied].var = var;
+        applied[n_applied].setting = setting;
+        snprintf(applied[n_applied].value, sizeof applied[n_applied].value, "%s", value);
+        n_applied++;
+    }
+    return set_setting(setting, value);
+}
+
 static int set_setting(const char *setting, const char *value)
 {
     if (0 != setenv(setting, value, 1)) {
@@ -172,31 +198,34 @@ int mca_btl_oib_apply_settings(void)
 {
     const mca_btl_oib_component_t *c = &mca_btl_oib_component;
     const struct {
+        const char *var;
         const char *setting;
         const char *value;
     } strings[] = {
-        {"OPENIB_IF_INCLUDE", c->if_include},
-        {"OPENIB_IF_EXCLUDE", c->if_exclude},
-        {"OPENIB_CPC_INCLUDE", c->cpc_include},
-        {"OPENIB_CPC_EXCLUDE", c->cpc_exclude},
+        {"btl_oib_if_include", "OPENIB_IF_INCLUDE", c->if_include},
+        {"btl_oib_if_exclude", "OPENIB_IF_EXCLUDE", c->if_exclude},
+        {"btl_oib_cpc_include", "OPENIB_CPC_INCLUDE", c->cpc_include},
+        {"btl_oib_cpc_exclude", "OPENIB_CPC_EXCLUDE", c->cpc_exclude},
     };
     char num[32];
 
+    n_applied = 0;
     for (size_t i = 0; i < sizeof strings / sizeof strings[0]; i++) {
         if (NULL != strings[i].value && '\0' != strings[i].value[0]
-            && OPAL_SUCCESS != set_setting(strings[i].setting, strings[i].value)) {
+            && OPAL_SUCCESS
+                   != set_from_var(strings[i].var, strings[i].setting, strings[i].value)) {
             return OPAL_ERR_BAD_PARAM;
         }
     }
     if (c->gid_index >= 0) {
         snprintf(num, sizeof num, "%d", c->gid_index);
-        if (OPAL_SUCCESS != set_setting("OPENIB_GID_INDEX", num)) {
+        if (OPAL_SUCCESS != set_from_var("btl_oib_gid_index", "OPENIB_GID_INDEX", num)) {
             return OPAL_ERR_BAD_PARAM;
         }
     }
     if (c->recv_depth > 0) {
         snprintf(num, sizeof num, "%d", c->recv_depth);
-        if (OPAL_SUCCESS != set_setting("OPENIB_RECV_DEPTH", num)) {
+        if (OPAL_SUCCESS != set_from_var("btl_oib_recv_depth", "OPENIB_RECV_DEPTH", num)) {
             return OPAL_ERR_BAD_PARAM;
         }
     }
@@ -204,11 +233,110 @@ int mca_btl_oib_apply_settings(void)
      * eager limit is the largest eager message, which is the same quantity here. */
     if (base_var_set("eager_limit")) {
         snprintf(num, sizeof num, "%zu", mca_btl_oib_module_defaults.btl_eager_limit);
-        if (OPAL_SUCCESS != set_setting("OPENIB_EAGER_LIMIT", num)) {
+        if (OPAL_SUCCESS != set_from_var("btl_oib_eager_limit", "OPENIB_EAGER_LIMIT", num)) {
             return OPAL_ERR_BAD_PARAM;
         }
     }
     return OPAL_SUCCESS;
+}
+
+/* Whether the user named oib in the `btl` MCA variable (`--mca btl self,oib`; an exclusion
+ * list `^...` names nothing to use). */
+static bool named_in_btl(void)
+{
+    const char *sel = opal_btl_base_framework.framework_selection;
+    if (NULL == sel || '^' == sel[0]) {
+        return false;
+    }
+    for (const char *p = sel; '\0' != *p;) {
+        size_t n = strcspn(p, ",");
+        if (3 == n && 0 == strncmp(p, "oib", 3)) {
+            return true;
+        }
+        p += n;
+        if (',' == *p) {
+            p++;
+        }
+    }
+    return false;
+}
+
+/* The one message when no module is made. It names the MCA variable whose value the transport
+ * refused, or every port and CPC and why it is not used (openib_last_error: no libibverbs, no
+ * device, each port's reason and each CPC's verdict). At the default verbosity when the user
+ * asked for oib (named it in `btl`), when RDMA hardware exists but no port is usable, or for a
+ * refused value; otherwise (no RDMA device, oib not named: Debian opens every installed
+ * component in every job) one line at verbosity 1 of the BTL framework's stream. */
+static void no_module(int rc, const char *why)
+{
+    for (size_t i = 0; i < n_applied; i++) {
+        char needle[96];
+        snprintf(needle, sizeof needle, "%s=\"", applied[i].setting);
+        if (NULL != strstr(why, needle)) {
+            opal_output(0, "btl: oib: no module (bad setting): MCA variable %s=%s is not "
+                        "allowed: %s", applied[i].var, applied[i].value, why);
+            return;
+        }
+    }
+    bool no_hardware = OPENIB_ERR_NO_DEVICE == rc || OPENIB_ERR_NO_VERBS == rc;
+    if (named_in_btl() || !no_hardware) {
+        opal_output(0, "btl: oib: no module (%s): %s", openib_strerror(rc), why);
+    } else {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module (%s): %s", openib_strerror(rc),
+                            why);
+    }
+}
+
+/* The transport's runtime over Open MPI's modex. The transport puts exactly one key (its
+ * whole modex); it travels under this component's key (btl.oib.<version>), as every BTL's. */
+static int modex_put(void *ctx, const char *key, const void *value, size_t len)
+{
+    int rc;
+    (void) ctx;
+    (void) key;
+    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &mca_btl_oib_component.super.btl_version,
+                    (void *) value, len);
+    return OPAL_SUCCESS == rc ? 0 : -1;
+}
+
+/* A peer's modex (after Open MPI's fence: add_procs or later). A peer that published none (no
+ * usable port, oib not selected there) is "not found": the transport marks it unreachable. */
+static int modex_get(void *ctx, uint32_t rank, const char *key, void **value_out,
+                     size_t *len_out)
+{
+    opal_process_name_t peer = OPAL_PROC_MY_NAME;
+    uint8_t *data = NULL;
+    size_t size = 0;
+    int rc;
+    (void) ctx;
+    (void) key;
+    peer.vpid = rank;
+    OPAL_MODEX_RECV(rc, &mca_btl_oib_component.super.btl_version, &peer, &data, &size);
+    if (OPAL_SUCCESS != rc || NULL == data) {
+        /* OPAL_MODEX_RECV reports every failed lookup as "not found". */
+        free(data);
+        return OPENIB_RUNTIME_NOT_FOUND;
+    }
+    *value_out = data;
+    *len_out = size;
+    return 0;
+}
+
+static void modex_release(void *ctx, void *value)
+{
+    (void) ctx;
+    free(value);
+}
+
+/* The number of processes in this job, from the runtime (0 when it does not say). */
+static uint32_t job_size(void)
+{
+    opal_process_name_t wildcard = OPAL_PROC_MY_NAME;
+    uint32_t size = 0, *ptr = &size;
+    int rc;
+    wildcard.vpid = OPAL_VPID_WILDCARD;
+    OPAL_MODEX_RECV_VALUE(rc, OPAL_PMIX_JOB_SIZE, &wildcard, &ptr, OPAL_UINT32);
+    return OPAL_SUCCESS == rc ? size : 0;
 }
 
 static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_threads,
@@ -224,30 +352,34 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
     if (OPAL_SUCCESS != mca_btl_oib_apply_settings()) {
         return NULL;
     }
-    rc = openib_open(&t);
+    uint32_t size = job_size();
+    if (0 == size) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: the runtime does not say the "
+                            "job's size (%s)", OPAL_PMIX_JOB_SIZE);
+        return NULL;
+    }
+    openib_runtime_ops_t ops = {
+        .version = OPENIB_RUNTIME_OPS_VERSION,
+        .rank = OPAL_PROC_MY_NAME.vpid,
+        .size = size,
+        .node = opal_process_info.nodename,
+        .ctx = NULL,
+        .put = modex_put,
+        .commit = NULL, /* ompi_mpi_init commits after every btl_init, then fences */
+        .get = modex_get,
+        .release = modex_release,
+    };
+    rc = openib_open_runtime(&ops, &t);
     if (OPENIB_OK != rc) {
-        /* The one line: which ports and CPCs, and why none is used (openib_last_error names
-         * them: no libibverbs, no device, each port's reason, each CPC's refusal). */
-        opal_output_verbose(1, OIB_OUT, "btl: oib: no module (%s): %s", openib_strerror(rc),
-                            openib_last_error());
+        no_module(rc, openib_last_error());
         return NULL;
     }
     mca_btl_oib_module_t *m = mca_btl_oib_module_create(t);
     if (NULL == m) {
         return NULL;
     }
-    if (mca_btl_oib_component.connect_at_init && m->size > 1) {
-        /* Every rank with a module gets here (ranks without one stepped aside before the
-         * transport's wire-up). A failure leaves the module: connections still start lazily
-         * on first use, and stepping aside now would leave peers that chose us waiting. */
-        int to = mca_btl_oib_component.connect_timeout > 0 ? mca_btl_oib_component.connect_timeout
-                                                           : 60000;
-        rc = openib_connect_all(t, (uint32_t) to);
-        if (OPENIB_OK != rc) {
-            opal_output_verbose(1, OIB_OUT, "btl: oib: connecting to every peer: %s (%s)",
-                                openib_strerror(rc), openib_last_error());
-        }
-    }
+    /* btl_oib_connect_at_init connects in the first add_procs (mca_btl_oib_connect_at_init):
+     * peers' modex can be read only after Open MPI's fence, which runs after btl_init. */
     mca_btl_base_module_t **modules = malloc(sizeof *modules);
     if (NULL == modules) {
         (void) m->super.btl_finalize(&m->super);
@@ -259,6 +391,24 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
     opal_output_verbose(10, OIB_OUT, "btl: oib: one module (rank %u of %u, eager limit %zu)",
                         m->rank, m->size, m->super.btl_eager_limit);
     return modules;
+}
+
+void mca_btl_oib_connect_at_init(mca_btl_oib_module_t *m)
+{
+    if (!mca_btl_oib_component.connect_at_init || m->connected_at_init || m->size < 2) {
+        return;
+    }
+    m->connected_at_init = true;
+    /* Every rank with a module gets here in MPI_Init's add_procs (ranks without one published
+     * nothing and are unreachable: not waited for). A failure leaves the module: connections
+     * still start on first use. */
+    int to = mca_btl_oib_component.connect_timeout > 0 ? mca_btl_oib_component.connect_timeout
+                                                       : 60000;
+    int rc = openib_connect_all(m->t, (uint32_t) to);
+    if (OPENIB_OK != rc) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: connecting to every peer: %s (%s)",
+                            openib_strerror(rc), openib_last_error());
+    }
 }
 
 static int oib_progress(void)

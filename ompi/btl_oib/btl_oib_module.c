@@ -84,6 +84,13 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         if (p->proc_name.jobid != me.jobid || rank == m->rank || rank >= m->size) {
             continue;
         }
+        /* Reads the peer's modex the first time: a peer that published none (no usable port)
+         * or that no port pair and CPC reach is unreachable here, not an error. */
+        if (1 != openib_reachable(m->t, rank)) {
+            opal_output_verbose(10, OIB_OUT, "btl: oib: rank %u unreachable: %s", rank,
+                                openib_last_error());
+            continue;
+        }
         mca_btl_base_endpoint_t *ep = m->endpoints[rank];
         if (NULL == ep) {
             ep = calloc(1, sizeof *ep);
@@ -99,6 +106,7 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             (void) opal_bitmap_set_bit(reachable, (int) i);
         }
     }
+    mca_btl_oib_connect_at_init(m);
     return OPAL_SUCCESS;
 }
 

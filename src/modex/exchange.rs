@@ -365,7 +365,7 @@ fn same_cpcs(rank: u32, leader: u32, node: &NodeBuild, nb: &NodeBlob) -> Result<
 
 /// What every rebuilt peer must satisfy: it uses at least one port, every used port exists and
 /// has a CPC record, and its parts match the records' widths.
-fn check(rank: u32, nb: &NodeBlob, p: &ProcBlob) -> Result<(), ExchangeError> {
+pub(crate) fn check(rank: u32, nb: &NodeBlob, p: &ProcBlob) -> Result<(), ExchangeError> {
     if p.ports.is_empty() {
         return Err(ExchangeError::Inconsistent {
             rank,

@@ -54,3 +54,7 @@ pub const KEY_NODE: &str = "oibN";
 /// The key each process publishes its proc blob under (not used when the node blob carries the
 /// gathered section).
 pub const KEY_PROC: &str = "oibP";
+/// The key each process publishes its whole modex under when the transport opens on a host's
+/// runtime (a node blob of that process alone, its parts gathered: no node leader, since
+/// gathering needs a fence between puts).
+pub const KEY_HOST: &str = "oibH";

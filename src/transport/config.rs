@@ -65,6 +65,26 @@ pub enum SrqMode {
     Off,
 }
 
+/// The port discovery settings of the environment: OPENIB_IF_INCLUDE / OPENIB_IF_EXCLUDE,
+/// OPENIB_GID_INDEX and OPENIB_APM_OVER_PORTS (as `openib ports` reads them); an error names
+/// the setting.
+pub fn derive_from_env() -> Result<openib_ports::DeriveConfig, TransportError> {
+    use crate::config;
+    let include = config::string("OPENIB_IF_INCLUDE")?;
+    let exclude = config::string("OPENIB_IF_EXCLUDE")?;
+    Ok(openib_ports::DeriveConfig {
+        gid_index: config::u32("OPENIB_GID_INDEX")?,
+        apm_over_ports: config::bool("OPENIB_APM_OVER_PORTS")?,
+        filter: openib_ports::Filter::from_lists(include.as_deref(), exclude.as_deref()).map_err(
+            |e| {
+                TransportError::Wireup(super::wireup::PingError::Setup(format!(
+                    "OPENIB_IF_INCLUDE / OPENIB_IF_EXCLUDE: {e}"
+                )))
+            },
+        )?,
+    })
+}
+
 impl TransportConfig {
     /// Settings from the environment (and the settings file, see `openib config`); a
     /// malformed or out-of-range value is an error naming the setting.

@@ -22,6 +22,14 @@ impl Transport {
                 call: "connect_all",
             });
         }
+        // On a host's runtime every peer's modex is read now (the unreachable stay without
+        // an endpoint).
+        if self.w.on_demand() {
+            let me = self.rank();
+            for p in (0..self.size()).filter(|&p| p != me) {
+                let _ = self.reachable(p);
+            }
+        }
         let peers: Vec<u32> = self.eps.keys().collect();
         for &p in &peers {
             let ep = self.eps.get_mut(&p).expect("listed");
@@ -61,13 +69,21 @@ impl Transport {
             // fail() released the endpoint's transfers; dropping it releases the QP, then
             // its buffers (field order).
             self.eps.remove(&p);
+            self.w.forget(p);
         }
     }
 
     pub(super) fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
         let (ok, bad) = self.w.poll(now)?;
+        if self.w.on_demand() {
+            // Peers that started a connection before this process used them.
+            for p in self.w.take_unknown() {
+                self.know(p);
+            }
+        }
         for (_, c) in ok {
             let (peer, qpn) = (c.peer, c.qp.qp_num());
+            self.know(peer);
             let attached = match self.attach(c) {
                 Ok(attached) => attached,
                 Err(e) => {

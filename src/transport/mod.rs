@@ -66,7 +66,7 @@ pub mod wireup;
 pub use shared::SharedTransport;
 
 use crate::runtime::Runtime;
-pub use config::{SrqMode, TransportConfig};
+pub use config::{derive_from_env, SrqMode, TransportConfig};
 use dropped::DroppedQps;
 use endpoint::{wr, Endpoint, SqBudget, ANY_PEER, KIND_RECV, KIND_SRQ};
 pub use endpoint::{EndpointState, EndpointStats, SendBudget, SrqStats};
@@ -88,7 +88,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use wire::HDR;
-use wireup::Wireup;
+use wireup::{PingConfig, PingError, Wireup};
 
 /// Maps keyed by small integers (request ids, sequence numbers, QP numbers) on the hot path:
 /// a multiplicative hash instead of SipHash (the keys come from this process, not from peers).
@@ -142,6 +142,8 @@ pub type Handler = Box<dyn FnMut(u32, &[u8]) + Send>;
 /// [`Transport::connect_all`], which wait on progress, fail with
 /// [`TransportError::InCallback`]. Panics are handled as for [`Handler`].
 pub type TransportHandler = Box<dyn FnMut(&mut Transport, u32, &[u8]) + Send>;
+/// A way of opening the wire-up ([`Wireup::open_with`], [`Wireup::open_host`]).
+type OpenWireup = fn(&dyn Runtime, &PingConfig, u32, Option<u32>) -> Result<Wireup, PingError>;
 
 /// The transport of one process.
 pub struct Transport {
@@ -217,15 +219,78 @@ pub struct Transport {
 
 impl Transport {
     /// Wires up through `rt` (discovery, CPC services, modex exchange); connections stay lazy.
-    pub fn open(
+    pub fn open(rt: Box<dyn Runtime>, cfg: TransportConfig) -> Result<Transport, TransportError> {
+        Self::open_via(rt, cfg, Wireup::open_with)
+    }
+
+    /// Opens on a host's runtime ([`crate::runtime::host::HostRuntime`], e.g. Open MPI's
+    /// modex): publishes this process's modex with one put and a commit and returns without a
+    /// fence (the host runs it). Peers are read from the host's modex on demand, by
+    /// [`Transport::reachable`] or the first operation or connection attempt involving them;
+    /// a peer that published nothing is unreachable ([`TransportError::NoPath`]), never
+    /// waited for. Until then a peer has no endpoint ([`Transport::peers`]).
+    pub fn open_host(
+        rt: Box<dyn Runtime>,
+        cfg: TransportConfig,
+    ) -> Result<Transport, TransportError> {
+        Self::open_via(rt, cfg, Wireup::open_host)
+    }
+
+    /// Whether `peer` can be reached: on a host's runtime this reads its modex the first time
+    /// and makes its endpoint. `Ok` when a port pair and a CPC connect to it (the connection
+    /// itself is still made on first use), [`TransportError::NoPath`] naming why not, and
+    /// [`TransportError::BadPeer`] for this process's own rank or a rank outside the job.
+    pub fn reachable(&mut self, peer: u32) -> Result<(), TransportError> {
+        let size = self.size();
+        match self.w.resolve(self.rt.as_ref(), peer) {
+            None => Err(TransportError::BadPeer { peer, size }),
+            Some(Err(why)) => Err(TransportError::NoPath {
+                peer,
+                why: why.clone(),
+            }),
+            Some(Ok(_)) => {
+                if self.eps.get(&peer).is_none() && self.w.on_demand() {
+                    let ep = self.new_endpoint();
+                    self.eps.insert(peer, ep);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// On a host's runtime, the endpoint of a peer that starts a connection before this
+    /// process used it (its modex is read now); elsewhere nothing (every peer has one).
+    pub(super) fn know(&mut self, peer: u32) {
+        if self.w.on_demand() && self.eps.get(&peer).is_none() {
+            let _ = self.reachable(peer);
+        }
+    }
+
+    fn new_endpoint(&self) -> Endpoint {
+        let ep = Endpoint::new(
+            self.sq_budget.clone(),
+            self.cfg.signal_every,
+            self.cfg.seq_start,
+        );
+        #[cfg(feature = "fault-injection")]
+        let ep = Endpoint {
+            lie_at_seq: crate::fault::armed("lie-seq", self.rank())
+                .then_some(crate::fault::LIE_SEQ),
+            ..ep
+        };
+        ep
+    }
+
+    fn open_via(
         rt: Box<dyn Runtime>,
         mut cfg: TransportConfig,
+        wireup: OpenWireup,
     ) -> Result<Transport, TransportError> {
         // The tick rate is measured across the wire-up (which takes long enough), or apart.
         let calibration = (Instant::now(), clock::ticks());
         let size = rt.info().size;
         let want_srq = cfg.srq_for(size);
-        let w = Wireup::open_with(
+        let w = wireup(
             rt.as_ref(),
             &cfg.wireup,
             cfg.cq_depth,
@@ -540,6 +605,7 @@ impl Transport {
             return Ok(self.eps.get_mut(&peer).expect("checked"));
         }
         let size = self.size();
+        self.know(peer);
         match self.w.plans.get(&peer) {
             None => return Err(TransportError::BadPeer { peer, size }),
             Some(Err(why)) => {

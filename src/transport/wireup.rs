@@ -5,7 +5,8 @@
 
 use crate::modex::build::{build_node, port_name, NodeBuild};
 use crate::modex::exchange::{exchange, ExchangeMode, Peer};
-use crate::modex::procs::{PortSet, ProcBlob};
+use crate::modex::procs::{LocalProcs, PortSet, ProcBlob};
+use crate::modex::{NodeBlob, KEY_HOST};
 use crate::runtime::Runtime;
 use openib_cpc::pack::PeerAddress;
 use openib_cpc::{
@@ -120,6 +121,201 @@ impl Wireup {
         cq_depth: u32,
         srq_max: Option<u32>,
     ) -> Result<Wireup, PingError> {
+        let Prepared {
+            info,
+            node,
+            my_index,
+            mut svc,
+            mine,
+            own_ads,
+            refused,
+        } = Self::prepare(rt, cfg, cq_depth, srq_max)?;
+        let table = exchange(rt, &node, &mine, cfg.mode, cfg.timeout)?;
+
+        // Decide, per peer, the CPC and its address; the lower rank initiates.
+        let local_view = [port_view(&node.blob, my_index)];
+        // The pair decision uses this node's published list, as the peers do (the winner
+        // rule is symmetric only over the same two lists).
+        let me_published = table.peers.iter().find(|p| p.rank == info.rank);
+        let published_ads: Option<Vec<Advert>> = me_published.and_then(|p| {
+            p.node_blob.ports.get(my_index).map(|port| {
+                port.cpcs
+                    .iter()
+                    .map(|r| Advert {
+                        index: r.cpc,
+                        priority: r.priority,
+                    })
+                    .collect()
+            })
+        });
+        let leader = me_published.map(|p| p.leader).unwrap_or(info.rank);
+        let local_ads = match published_ads {
+            Some(published) => pair_adverts(&own_ads, &published, leader),
+            None => Ok(own_ads),
+        };
+        let allow_cross_subnet = crate::config::bool("OPENIB_ALLOW_CROSS_SUBNET")
+            .map_err(|e| PingError::Setup(e.to_string()))?;
+        let mut plans = BTreeMap::new();
+        let mut orders = BTreeMap::new();
+        let pairing = Pairing {
+            node,
+            my_index,
+            local_view,
+            refused,
+            forced: cfg.cpc,
+            allow_cross_subnet,
+        };
+        for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
+            let plan = local_ads
+                .clone()
+                .and_then(|ads| pairing.plan_peer(&mut svc, &mut orders, &ads, peer));
+            plans.insert(peer.rank, plan);
+        }
+        Ok(Wireup {
+            me: info.rank,
+            services: svc,
+            table,
+            plans,
+            orders,
+            on_demand: None,
+        })
+    }
+
+    /// Opens on a host's runtime ([`crate::runtime::host::HostRuntime`]): discovers the ports
+    /// and opens the CPC services as [`Wireup::open_with`] does, then publishes this process's
+    /// modex with ONE put under [`KEY_HOST`] and a commit, and runs no fence (the host runs
+    /// it after this returns). The value is a node blob of this process alone, its CPC parts in
+    /// the gathered section, as a node with one process publishes it in every mode: no node
+    /// leader, no gathering, since both need a fence between puts. Peers are read on demand
+    /// ([`Wireup::resolve`]); `plans` starts empty.
+    pub fn open_host(
+        rt: &dyn Runtime,
+        cfg: &PingConfig,
+        cq_depth: u32,
+        srq_max: Option<u32>,
+    ) -> Result<Wireup, PingError> {
+        let Prepared {
+            info,
+            node,
+            my_index,
+            svc,
+            mine,
+            own_ads,
+            refused,
+        } = Self::prepare(rt, cfg, cq_depth, srq_max)?;
+        // A port no CPC can serve is no usable port: publish nothing, so that peers find this
+        // process unreachable at once (the caller says why once, not each peer).
+        if own_ads.is_empty() {
+            return Err(PingError::Setup(format!(
+                "no usable port: {} offers no CPC ({})",
+                node.port_names[my_index],
+                refused.join("; ")
+            )));
+        }
+        let mut blob = node.blob.clone();
+        blob.local_procs = Some(
+            LocalProcs::gather(&node.blob, std::slice::from_ref(&mine))
+                .map_err(crate::modex::exchange::ExchangeError::from)?,
+        );
+        let bytes = blob
+            .encode(crate::modex::Compression::default())
+            .map_err(crate::modex::exchange::ExchangeError::from)?;
+        rt.put(crate::runtime::Scope::Global, KEY_HOST, &bytes)?;
+        rt.commit()?;
+        let allow_cross_subnet = crate::config::bool("OPENIB_ALLOW_CROSS_SUBNET")
+            .map_err(|e| PingError::Setup(e.to_string()))?;
+        let local_view = [port_view(&node.blob, my_index)];
+        tracing::debug!(
+            bytes = bytes.len(),
+            "modex published on the host's runtime; peers are read on demand"
+        );
+        Ok(Wireup {
+            me: info.rank,
+            services: svc,
+            table: crate::modex::exchange::PeerTable {
+                peers: Vec::new(),
+                mode: ExchangeMode::OnDemand,
+                my_put_bytes: KEY_HOST.len() + bytes.len(),
+                failed: Vec::new(),
+            },
+            plans: BTreeMap::new(),
+            orders: BTreeMap::new(),
+            on_demand: Some(OnDemand {
+                pairing: Pairing {
+                    node,
+                    my_index,
+                    local_view,
+                    refused,
+                    forced: cfg.cpc,
+                    allow_cross_subnet,
+                },
+                ads: own_ads,
+                size: info.size,
+                timeout: cfg.timeout,
+                removed: Default::default(),
+            }),
+        })
+    }
+
+    /// The plan of `peer`: on a host's runtime ([`Wireup::open_host`]) read from the peer's
+    /// modex the first time (a peer that published none is unreachable: `Err` naming why, never
+    /// a wait); otherwise the one decided at open. `None` for this process's rank and ranks
+    /// outside the job.
+    pub fn resolve(&mut self, rt: &dyn Runtime, peer: u32) -> Option<&Result<CpcId, String>> {
+        if !self.plans.contains_key(&peer) {
+            let od = self.on_demand.as_ref()?;
+            if peer == self.me || peer >= od.size || od.removed.contains(&peer) {
+                return None;
+            }
+            let plan = od.read_peer(rt, peer).and_then(|p| {
+                od.pairing
+                    .plan_peer(&mut self.services, &mut self.orders, &od.ads, &p)
+            });
+            if let Err(why) = &plan {
+                tracing::info!(peer, why = %why, "peer unreachable");
+            }
+            self.plans.insert(peer, plan);
+        }
+        self.plans.get(&peer)
+    }
+
+    /// The ranks that tried to connect (udcm, oob) before this process knew their address;
+    /// on a host's runtime the caller [`Wireup::resolve`]s them, and their next retry gets
+    /// through.
+    pub fn take_unknown(&mut self) -> Vec<u32> {
+        let mut v = Vec::new();
+        if let Some(c) = &mut self.services.udcm {
+            v.extend(c.take_unknown());
+        }
+        if let Some(c) = &mut self.services.oob {
+            v.extend(c.take_unknown());
+        }
+        v.sort_unstable();
+        v.dedup();
+        v
+    }
+
+    /// On a host's runtime: `peer` was removed (`del_procs`); it is not read again, so a late
+    /// hello from it does not make it an endpoint again.
+    pub fn forget(&mut self, peer: u32) {
+        if let Some(od) = &mut self.on_demand {
+            od.removed.insert(peer);
+            self.plans.remove(&peer);
+        }
+    }
+
+    /// Whether peers are read on demand (opened on a host's runtime).
+    pub fn on_demand(&self) -> bool {
+        self.on_demand.is_some()
+    }
+
+    /// Discovery, the CPC services and this process's parts: what both ways of opening share.
+    fn prepare(
+        rt: &dyn Runtime,
+        cfg: &PingConfig,
+        cq_depth: u32,
+        srq_max: Option<u32>,
+    ) -> Result<Prepared, PingError> {
         let info = rt.info().clone();
         let scan =
             openib_ports::hw::read_topology().map_err(|e| PingError::Setup(e.to_string()))?;
@@ -142,11 +338,31 @@ impl Wireup {
             let why: Vec<String> = discovery
                 .ports
                 .iter()
-                .map(|p| format!("{}: {}", p.name(), p.reason.as_deref().unwrap_or("?")))
+                .map(|p| {
+                    let ip = crate::modex::build::port_ip(p, &topo, cfg.derive.gid_index);
+                    format!(
+                        "{}: {} [CPCs: {}]",
+                        p.name(),
+                        p.reason.as_deref().unwrap_or("?"),
+                        cpc_verdicts(p, ip.is_some(), &host, &cpc_cfg)
+                    )
+                })
                 .collect();
+            let filters = if discovery.unmatched_filters.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    "; filter entries matching no port: {}",
+                    discovery.unmatched_filters.join(", ")
+                )
+            };
             return Err(PingError::Setup(format!(
-                "no usable port ({})",
-                why.join("; ")
+                "no usable port ({}){filters}",
+                if why.is_empty() {
+                    "the devices have no port".to_string()
+                } else {
+                    why.join("; ")
+                }
             )));
         };
         let my_index = node
@@ -238,17 +454,6 @@ impl Wireup {
             ports: mine_ports,
             parts,
         };
-        let table = exchange(rt, &node, &mine, cfg.mode, cfg.timeout)?;
-
-        // Decide, per peer, the CPC and its address; the lower rank initiates.
-        let my_view = |nb: &crate::modex::NodeBlob, i: usize| PortView {
-            index: i,
-            subnet_id: nb.ports[i].subnet_id,
-            link_layer: nb.ports[i].link_layer.wire(),
-            mtu: openib_ports::Mtu::from_enum(nb.ports[i].mtu)
-                .unwrap_or(openib_ports::Mtu::MTU_256),
-        };
-        let local_view = [my_view(&node.blob, my_index)];
         let own_ads: Vec<Advert> = records
             .iter()
             .map(|r| Advert {
@@ -256,72 +461,14 @@ impl Wireup {
                 priority: r.priority,
             })
             .collect();
-        // The pair decision uses this node's published list, as the peers do (the winner
-        // rule is symmetric only over the same two lists).
-        let me_published = table.peers.iter().find(|p| p.rank == info.rank);
-        let published_ads: Option<Vec<Advert>> = me_published.and_then(|p| {
-            p.node_blob.ports.get(my_index).map(|port| {
-                port.cpcs
-                    .iter()
-                    .map(|r| Advert {
-                        index: r.cpc,
-                        priority: r.priority,
-                    })
-                    .collect()
-            })
-        });
-        let leader = me_published.map(|p| p.leader).unwrap_or(info.rank);
-        let local_ads = match published_ads {
-            Some(published) => pair_adverts(&own_ads, &published, leader),
-            None => Ok(own_ads),
-        };
-        let allow_cross_subnet = crate::config::bool("OPENIB_ALLOW_CROSS_SUBNET")
-            .map_err(|e| PingError::Setup(e.to_string()))?;
-        let mut plans = BTreeMap::new();
-        let mut orders = BTreeMap::new();
-        for peer in table.peers.iter().filter(|p| p.rank != info.rank) {
-            let plan = local_ads.clone().and_then(|ads| {
-                let (cpc, pi) = plan(
-                    peer,
-                    &local_view,
-                    &ads,
-                    cfg.cpc,
-                    allow_cross_subnet,
-                    &node,
-                    my_index,
-                    &refused,
-                )?;
-                add_peer(&mut svc, cpc, peer, pi)?;
-                // The rest of the common CPCs, in the winner rule's order: this side accepts
-                // an attempt through any of them, and, initiating, falls back through them.
-                let mut order = vec![cpc];
-                if cfg.cpc.is_none() {
-                    for next in fallback_order(&ads, &peer_adverts(peer, pi))
-                        .into_iter()
-                        .skip(1)
-                    {
-                        match add_peer(&mut svc, next, peer, pi) {
-                            Ok(()) => order.push(next),
-                            Err(why) => tracing::debug!(
-                                peer = peer.rank,
-                                cpc = %next,
-                                why,
-                                "not a fallback for this peer"
-                            ),
-                        }
-                    }
-                }
-                orders.insert(peer.rank, order);
-                Ok(cpc)
-            });
-            plans.insert(peer.rank, plan);
-        }
-        Ok(Wireup {
-            me: info.rank,
-            services: svc,
-            table,
-            plans,
-            orders,
+        Ok(Prepared {
+            info,
+            node,
+            my_index,
+            svc,
+            mine,
+            own_ads,
+            refused,
         })
     }
 
@@ -487,6 +634,158 @@ pub struct Wireup {
     pub plans: BTreeMap<u32, Result<CpcId, String>>,
     /// Per peer with a plan: the pair's common CPCs with a connection path, winner first.
     orders: BTreeMap<u32, Vec<CpcId>>,
+    /// Opened on a host's runtime: what reading a peer's modex on demand needs.
+    on_demand: Option<OnDemand>,
+}
+
+/// What the two ways of opening share: this process's port, services and modex parts.
+struct Prepared {
+    info: crate::runtime::JobInfo,
+    node: NodeBuild,
+    my_index: usize,
+    svc: Services,
+    mine: ProcBlob,
+    /// This process's own CPC list on its port.
+    own_ads: Vec<Advert>,
+    /// The CPCs refused on this port, with why (for messages).
+    refused: Vec<String>,
+}
+
+/// What deciding a pair needs of this process.
+struct Pairing {
+    node: NodeBuild,
+    my_index: usize,
+    local_view: [PortView; 1],
+    refused: Vec<String>,
+    forced: Option<CpcId>,
+    allow_cross_subnet: bool,
+}
+
+impl Pairing {
+    /// Decides the pair with `peer` over the CPC list `ads`, records the peer's addresses in
+    /// the services (the winner's and every fallback's) and its fallback order.
+    fn plan_peer(
+        &self,
+        svc: &mut Services,
+        orders: &mut BTreeMap<u32, Vec<CpcId>>,
+        ads: &[Advert],
+        peer: &Peer,
+    ) -> Result<CpcId, String> {
+        let (cpc, pi) = plan(
+            peer,
+            &self.local_view,
+            ads,
+            self.forced,
+            self.allow_cross_subnet,
+            &self.node,
+            self.my_index,
+            &self.refused,
+        )?;
+        add_peer(svc, cpc, peer, pi)?;
+        // The rest of the common CPCs, in the winner rule's order: this side accepts an
+        // attempt through any of them, and, initiating, falls back through them.
+        let mut order = vec![cpc];
+        if self.forced.is_none() {
+            for next in fallback_order(ads, &peer_adverts(peer, pi))
+                .into_iter()
+                .skip(1)
+            {
+                match add_peer(svc, next, peer, pi) {
+                    Ok(()) => order.push(next),
+                    Err(why) => tracing::debug!(
+                        peer = peer.rank,
+                        cpc = %next,
+                        why,
+                        "not a fallback for this peer"
+                    ),
+                }
+            }
+        }
+        orders.insert(peer.rank, order);
+        Ok(cpc)
+    }
+}
+
+/// Reading peers on demand from a host's runtime.
+struct OnDemand {
+    pairing: Pairing,
+    /// This process's CPC list: it published its own node blob, so its own list is the one
+    /// its peers see.
+    ads: Vec<Advert>,
+    size: u32,
+    timeout: Duration,
+    /// Peers removed by `del_procs`: never read again.
+    removed: std::collections::BTreeSet<u32>,
+}
+
+impl OnDemand {
+    /// `peer` rebuilt from its [`KEY_HOST`] value, or why it is unreachable.
+    fn read_peer(&self, rt: &dyn Runtime, peer: u32) -> Result<Peer, String> {
+        let b = match rt.get(peer, KEY_HOST, self.timeout) {
+            Ok(b) => b,
+            Err(crate::runtime::RuntimeError::NotFound { .. }) => {
+                return Err(format!(
+                    "rank {peer} published no openib modex (it has no usable port, or does not \
+                     use this transport)"
+                ))
+            }
+            Err(e) => return Err(format!("rank {peer}'s modex cannot be read: {e}")),
+        };
+        let nb =
+            NodeBlob::decode(&b).map_err(|e| format!("rank {peer}'s modex is malformed: {e}"))?;
+        let mut procs = nb
+            .local_procs
+            .as_ref()
+            .map(|lp| lp.to_proc_blobs(&nb))
+            .unwrap_or_default();
+        if procs.len() != 1 {
+            return Err(format!(
+                "rank {peer}'s modex is malformed: it holds the parts of {} processes, not 1",
+                procs.len()
+            ));
+        }
+        let proc_blob = procs.remove(0);
+        crate::modex::exchange::check(peer, &nb, &proc_blob).map_err(|e| e.to_string())?;
+        Ok(Peer {
+            rank: peer,
+            node: String::new(),
+            leader: peer,
+            node_blob: std::sync::Arc::new(nb),
+            proc_blob,
+            put_bytes: KEY_HOST.len() + b.len(),
+        })
+    }
+}
+
+/// Every CPC's verdict on `port`, for messages: `udcm usable, rdmacm: why, ...`.
+fn cpc_verdicts(
+    port: &openib_ports::Port,
+    has_ip: bool,
+    host: &HostFacts,
+    cfg: &CpcConfig,
+) -> String {
+    if !port.usable {
+        // Every CPC would say "the port is not usable: <the port's reason>".
+        return "none on an unusable port".into();
+    }
+    openib_cpc::evaluate(port, has_ip, host, cfg)
+        .into_iter()
+        .map(|(c, v)| match v {
+            Ok(_) => format!("{c} usable"),
+            Err(why) => format!("{c}: {why}"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The view of port `i` of a node blob that port pairing reads.
+fn port_view(nb: &NodeBlob, i: usize) -> PortView {
+    PortView {
+        index: i,
+        subnet_id: nb.ports[i].subnet_id,
+        link_layer: nb.ports[i].link_layer.wire(),
+        mtu: openib_ports::Mtu::from_enum(nb.ports[i].mtu).unwrap_or(openib_ports::Mtu::MTU_256),
+    }
 }
 
 /// The GID index connections route from: on RoCE the first IPv4-mapped RoCE v2 GID (the one

@@ -238,7 +238,9 @@ impl Transport {
 
     /// Whether `peer` can be reached: on a host's runtime this reads its modex the first time
     /// and makes its endpoint. `Ok` when a port pair and a CPC connect to it (the connection
-    /// itself is still made on first use), [`TransportError::NoPath`] naming why not, and
+    /// itself is made on first use, except over rdmacm, which the lower rank of the pair
+    /// starts here at once, without waiting: [`Wireup::starts_at_once`]),
+    /// [`TransportError::NoPath`] naming why not, and
     /// [`TransportError::BadPeer`] for this process's own rank or a rank outside the job.
     pub fn reachable(&mut self, peer: u32) -> Result<(), TransportError> {
         let size = self.size();
@@ -252,6 +254,14 @@ impl Transport {
                 if self.eps.get(&peer).is_none() && self.w.on_demand() {
                     let ep = self.new_endpoint();
                     self.eps.insert(peer, ep);
+                    if self.w.starts_at_once(peer) {
+                        // rdmacm starts from the lower rank only: start it now, without
+                        // waiting, so that the peer's first message finds it under way.
+                        let ep = self.eps.get_mut(&peer).expect("inserted");
+                        ep.state = EndpointState::Connecting;
+                        self.connecting += 1;
+                        self.w.connect(peer, Instant::now());
+                    }
                 }
                 Ok(())
             }

@@ -483,19 +483,25 @@ impl Wireup {
 
     /// Starts connecting to `peer` because this process has something to send to it: as
     /// [`Wireup::connect`], and from the higher rank of a pair too when the planned CPC's
-    /// handshake is symmetric (udcm, oob, rdmacm: either side may start, and a simultaneous
-    /// start ends in one connection: `openib_cpc::handshake`, and rdmacm's "mine" reject of
-    /// the higher rank's request). Otherwise a higher rank's first message to a lower rank
-    /// that never sends to it would wait forever.
+    /// handshake is symmetric (udcm, oob: either side may start, and a simultaneous start
+    /// ends in one connection, `openib_cpc::handshake`). Otherwise a higher rank's first
+    /// message to a lower rank that never sends to it would wait forever. rdmacm is started
+    /// by the lower rank only (a crossing start from both sides failed one run in two under
+    /// `openib stress`: docs/TRANSPORT.md, "Limits"); on a host's runtime the lower rank
+    /// starts it as soon as it learns the peer ([`Wireup::starts_at_once`]).
     pub fn connect_to_send(&mut self, peer: u32, now: Instant) {
-        let symmetric = matches!(
-            self.plans.get(&peer),
-            Some(Ok(CpcId::Udcm | CpcId::Oob | CpcId::Rdmacm))
-        );
+        let symmetric = matches!(self.plans.get(&peer), Some(Ok(CpcId::Udcm | CpcId::Oob)));
         if self.me > peer && !symmetric {
             return;
         }
         self.start(peer, now);
+    }
+
+    /// Whether the connection to `peer` is started as soon as the peer is known rather than on
+    /// first use: over rdmacm, from the lower rank of a pair, so that the higher rank's first
+    /// message (which cannot start rdmacm) finds it under way.
+    pub fn starts_at_once(&self, peer: u32) -> bool {
+        self.me < peer && matches!(self.plans.get(&peer), Some(Ok(CpcId::Rdmacm)))
     }
 
     fn start(&mut self, peer: u32, now: Instant) {

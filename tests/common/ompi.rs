@@ -91,31 +91,43 @@ pub fn text(o: &Output) -> (String, String) {
     )
 }
 
-/// tests/c/ompi_hello.c compiled with mpicc into cargo's scratch directory for tests (under
-/// target/, which the SoftRoCE guest sees; its /tmp is its own).
+/// `tests/c/<name>.c` compiled with mpicc (and `flags`) into cargo's scratch directory for
+/// tests (under target/, which the SoftRoCE guest sees; its /tmp is its own).
+fn mpicc(name: &str, flags: &[&str]) -> Result<PathBuf, Unmet> {
+    have_ompi_dev()?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
+    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
+    let exe = dir.join(name);
+    // Compiled under this process's name, then renamed: test binaries may run at once.
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    let o = Command::new("mpicc")
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(root().join(format!("tests/c/{name}.c")))
+        .output()
+        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+    if !o.status.success() {
+        let (out, err) = text(&o);
+        return Err(Unmet::Broken(format!(
+            "mpicc tests/c/{name}.c failed: {out}{err}"
+        )));
+    }
+    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
+    Ok(exe)
+}
+
+/// tests/c/ompi_hello.c, compiled once per test process.
 pub fn hello() -> Result<PathBuf, Unmet> {
     static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        have_ompi_dev()?;
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
-        std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
-        let exe = dir.join("ompi_hello");
-        // Compiled under this process's name, then renamed: test binaries may run at once.
-        let tmp = dir.join(format!("ompi_hello.{}", std::process::id()));
-        let o = Command::new("mpicc")
-            .args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&tmp)
-            .arg(root().join("tests/c/ompi_hello.c"))
-            .output()
-            .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
-        if !o.status.success() {
-            let (out, err) = text(&o);
-            return Err(Unmet::Broken(format!(
-                "mpicc tests/c/ompi_hello.c failed: {out}{err}"
-            )));
-        }
-        std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
-        Ok(exe)
-    })
-    .clone()
+    EXE.get_or_init(|| mpicc("ompi_hello", &["-O1"])).clone()
+}
+
+/// tests/c/ompi_matrix.c (subtests by argv, checks in tests/c/mpi_check.h), compiled once per
+/// test process.
+pub fn matrix() -> Result<PathBuf, Unmet> {
+    static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
+    EXE.get_or_init(|| mpicc("ompi_matrix", &["-O2", "-pthread"]))
+        .clone()
 }

@@ -130,41 +130,14 @@ fn exit_status(name: &str, text: &str) -> i32 {
         .unwrap_or_else(|| panic!("{name}: no exit status:\n{text}"))
 }
 
-/// Every rank of the job made its oib module, and ob1 sent to every peer through oib.
-fn assert_over_oib(name: &str, text: &str, n: u32) {
-    for r in 0..n {
-        assert!(
-            text.contains(&format!("btl: oib: one module (rank {r} of {n}")),
-            "{name}: rank {r} made no oib module (component not loaded?):\n{text}"
-        );
-    }
-    let via_oib = text
-        .lines()
-        .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
-        .count();
-    assert_eq!(
-        via_oib,
-        (n * (n - 1)) as usize,
-        "{name}: ob1 did not pick oib for every peer:\n{text}"
-    );
-}
-
 /// The job exited 0, every rank passed every subtest, all over oib.
 fn assert_matrix_passed(name: &str, text: &str, n: u32, subtests: &[&str]) {
-    assert!(
-        !text.contains("ompi_matrix: FAIL"),
-        "{name}: a check failed:\n{text}"
+    ompi::assert_matrix_ran(name, text, n, subtests);
+    assert_eq!(
+        exit_status(name, text),
+        0,
+        "{name}: the job failed:\n{text}"
     );
-    assert_eq!(exit_status(name, text), 0, "{name}: the job failed:\n{text}");
-    for s in subtests {
-        for r in 0..n {
-            assert!(
-                text.contains(&format!("ompi_matrix: {s} rank {r} of {n} ok")),
-                "{name}: rank {r} did not pass {s}:\n{text}"
-            );
-        }
-    }
-    assert_over_oib(name, text, n);
 }
 
 /// The component and the matrix program, or `None` after a loud skip (a failure under CI).
@@ -249,7 +222,7 @@ fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
             7,
             "{name}: mpirun's status is not MPI_Abort's code (124: it hung):\n{text}"
         );
-        assert_over_oib(name, &text, n);
+        ompi::assert_over_oib(name, &text, n);
     }
     for (name, n) in [("kill-np2", 2), ("kill-np4", 4)] {
         let text = job_text(&out, name);
@@ -264,7 +237,7 @@ fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
             status != 0 && status != 124,
             "{name}: exit {status} (0: the job did not fail; 124: it hung):\n{text}"
         );
-        assert_over_oib(name, &text, n);
+        ompi::assert_over_oib(name, &text, n);
     }
 }
 
@@ -301,7 +274,10 @@ fn matrix_p2p_and_coll_under_srun_mpi_pmix() {
     script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"));
     let out = harness::guest_run_ok(&["--timeout", "2000"], &["sh", "-c", &script]);
     let up = job_text(&out, "up");
-    assert!(!up.contains("FAILED"), "scripts/slurm up in the guest: {up}");
+    assert!(
+        !up.contains("FAILED"),
+        "scripts/slurm up in the guest: {up}"
+    );
     for (name, _, n, args) in jobs {
         let subtests: Vec<&str> = args
             .split_whitespace()

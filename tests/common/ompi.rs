@@ -131,3 +131,42 @@ pub fn matrix() -> Result<PathBuf, Unmet> {
     EXE.get_or_init(|| mpicc("ompi_matrix", &["-O2", "-pthread"]))
         .clone()
 }
+
+/// A job of tests/c/ompi_matrix.c run at `btl_base_verbose 10` with only `self,oib`: every rank
+/// made its oib module ("btl: oib: one module (rank R of N"), and Open MPI says it sends to
+/// every peer through oib (one "Using oib btl for send to" per ordered pair of ranks).
+pub fn assert_over_oib(name: &str, text: &str, n: u32) {
+    for r in 0..n {
+        assert!(
+            text.contains(&format!("btl: oib: one module (rank {r} of {n}")),
+            "{name}: rank {r} made no oib module (component not loaded?):\n{text}"
+        );
+    }
+    let via_oib = text
+        .lines()
+        .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
+        .count();
+    assert_eq!(
+        via_oib,
+        (n * (n - 1)) as usize,
+        "{name}: ob1 did not pick oib for every peer:\n{text}"
+    );
+}
+
+/// A job of tests/c/ompi_matrix.c: no check failed, every rank passed every subtest named,
+/// over oib ([`assert_over_oib`]). The caller checks the job's exit status.
+pub fn assert_matrix_ran(name: &str, text: &str, n: u32, subtests: &[&str]) {
+    assert!(
+        !text.contains("ompi_matrix: FAIL"),
+        "{name}: a check failed:\n{text}"
+    );
+    for s in subtests {
+        for r in 0..n {
+            assert!(
+                text.contains(&format!("ompi_matrix: {s} rank {r} of {n} ok")),
+                "{name}: rank {r} did not pass {s}:\n{text}"
+            );
+        }
+    }
+    assert_over_oib(name, text, n);
+}

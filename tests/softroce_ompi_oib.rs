@@ -4,6 +4,12 @@
 //! way, a barrier and an allreduce; every byte checked by the receiver). With only `self` and
 //! `oib`, every byte between ranks goes through oib: Open MPI's own verbose lines say
 //! that ob1 chose oib for the peer, and the component that it made its module.
+//!
+//! The matrix (`matrix_*`, tests/c/ompi_matrix.c with tests/c/mpi_check.h): point-to-point from
+//! 0 B to 64 MiB, 256 operations in flight per peer, MPI_ANY_SOURCE and probe, collectives,
+//! MPI_THREAD_MULTIPLE with 4 threads per rank, MPI_Abort and a rank killed mid-exchange
+//! (the job ends before its timeout), with 2 and 4 ranks under mpirun and under
+//! `srun --mpi=pmix` (scripts/slurm in the guest). Across two guests: tests/softroce_slurm_hosts.rs.
 
 #[path = "softroce/harness.rs"]
 mod harness;
@@ -150,26 +156,56 @@ fn matrix_prereqs(test: &str) -> Option<(std::path::PathBuf, std::path::PathBuf)
     Some((so, exe))
 }
 
-/// Point-to-point from 0 B to 64 MiB (2 ranks; 16 MiB with 4), 256 operations in flight per
-/// peer, MPI_ANY_SOURCE and probe, and collectives, with 2 and 4 ranks under mpirun.
+/// Point-to-point from 0 B to 64 MiB (2 ranks; 16 MiB with 4, eager limit 4096), 256
+/// operations in flight per peer, MPI_ANY_SOURCE and probe, and collectives, with 2 and 4
+/// ranks under mpirun; and 4 ranks whose connections are made by that burst of 256 messages.
 #[test]
 fn matrix_p2p_many_probe_coll_with_2_and_4_ranks_under_mpirun() {
     let Some((so, exe)) = matrix_prereqs("softroce_ompi_oib") else {
         return;
     };
     let subtests = ["p2p", "many", "probe", "coll"];
+    // The sizes straddle the eager limit the program is told; each job's oib module must
+    // say it uses that one (the default 8192, and 4096 set through btl_oib_eager_limit).
     let jobs = [
-        ("np2", 2, "p2p many probe coll"),
-        ("np4", 4, "p2p=16777216 many probe coll"),
+        ("np2", 2, "", 8192, "p2p many probe coll"),
+        (
+            "np4",
+            4,
+            " --mca btl_oib_eager_limit 4096",
+            4096,
+            "eager=4096 p2p=16777216 many probe coll",
+        ),
+        // connections made on first use, by the burst of 256 messages to every peer at once
+        (
+            "np4-lazy",
+            4,
+            " --mca btl_oib_connect_at_init 0",
+            8192,
+            "many probe",
+        ),
     ];
     let mut script = matrix_env(&so);
-    for (name, n, args) in jobs {
-        script.push_str(&job(name, &mpirun(n, 900), &exe, args));
+    for (name, n, mca, _, args) in jobs {
+        script.push_str(&job(name, &format!("{}{mca}", mpirun(n, 900)), &exe, args));
     }
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "2000"], &["sh", "-c", &script]);
-    for (name, n, _) in jobs {
-        assert_matrix_passed(name, &job_text(&out, name), n, &subtests);
+    for (name, n, _, eager, args) in jobs {
+        let text = job_text(&out, name);
+        let ran: Vec<&str> = subtests
+            .into_iter()
+            .filter(|s| {
+                args.split_whitespace()
+                    .any(|a| a.split('=').next() == Some(*s))
+            })
+            .collect();
+        assert_matrix_passed(name, &text, n, &ran);
+        assert_eq!(
+            text.matches(&format!(", eager limit {eager})")).count(),
+            n as usize,
+            "{name}: the oib modules' eager limit is not the {eager} the sizes straddle:\n{text}"
+        );
     }
 }
 

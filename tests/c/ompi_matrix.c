@@ -16,7 +16,8 @@
  *   coll        bcast (rotating roots), allreduce (sum) and alltoall of several sizes
  *   threads     asks for MPI_THREAD_MULTIPLE (fails if not granted); 4 threads per rank, each
  *               exchanging with its counterpart on every other rank (two on their own
- *               communicators, two on MPI_COMM_WORLD with their own tags)
+ *               communicators, also reducing on them, two on MPI_COMM_WORLD with their own
+ *               tags; sizes from 0 B to 1 MiB)
  *   abort       the last rank calls MPI_Abort(MPI_COMM_WORLD, 7) while the others wait in a
  *               receive that never matches
  *   kill        the last rank kills itself (SIGKILL) in the middle of a rendezvous send to
@@ -297,13 +298,34 @@ static void coll(void)
     }
 }
 
-enum { THREADS = 4, ROUNDS = 8 };
+enum { THREADS = 4, ROUNDS = 12 };
 static MPI_Comm thread_comm[THREADS];
 
 static size_t thread_size(int t, int round)
 {
+    if (round == t)
+        return (1u << 20) + (size_t) t; /* one rendezvous of 1 MiB per thread, in turn */
     return (round * 3 + t) % 4 == 3 ? 70000 + (size_t) t * 1000
                                     : ((size_t) round * 997u + (size_t) t * 131u) % 9000u;
+}
+
+/* Threads on their own communicators also reduce on them, at once with the others' traffic. */
+static void thread_allreduce(int t, int round, MPI_Comm comm)
+{
+    enum { C = 1000 };
+    int64_t in[C], out[C];
+    for (int i = 0; i < C; i++) {
+        in[i] = (int64_t) (rank + 1) * (i + 1) + t * 100 + round;
+        out[i] = -1;
+    }
+    MPI_Allreduce(in, out, C, MPI_INT64_T, MPI_SUM, comm);
+    for (int i = 0; i < C; i++) {
+        int64_t want = (int64_t) (i + 1) * size * (size + 1) / 2 + (int64_t) (t * 100 + round) * size;
+        if (out[i] != want)
+            mc_fail("thread %d: MPI_Allreduce on its communicator, round %d: element %d is %lld, "
+                    "expected %lld",
+                    t, round, i, (long long) out[i], (long long) want);
+    }
 }
 
 static void *thread_main(void *arg)
@@ -343,6 +365,8 @@ static void *thread_main(void *arg)
             free(in[i]);
             free(out[i]);
         }
+        if (t < 2)
+            thread_allreduce(t, round, comm);
     }
     free(out);
     free(in);

@@ -214,10 +214,25 @@ unsafe extern "C" fn registered(status: p::pmix_status_t, refid: usize, cbdata: 
     op.done.complete((status, refid));
 }
 
-unsafe extern "C" fn deregistered(_status: p::pmix_status_t, cbdata: *mut c_void) {
-    // SAFETY: `cbdata` is the Arc<FailedSet> reference PMIx held as the return object; the
+/// A pending deregistration: the set reference PMIx held, released by [`deregistered`], and
+/// PMIx's confirmation, which [`deregister`] waits for.
+struct DeregOp {
+    held: *const FailedSet,
+    done: Completion<i32>,
+}
+
+// SAFETY: `held` is an Arc<FailedSet> reference (FailedSet is Sync), only taken back once.
+unsafe impl Send for DeregOp {}
+// SAFETY: as above; `done` is a Mutex and a Condvar.
+unsafe impl Sync for DeregOp {}
+
+unsafe extern "C" fn deregistered(status: p::pmix_status_t, cbdata: *mut c_void) {
+    // SAFETY: `cbdata` is the Arc<DeregOp> reference handed to PMIx in `deregister`.
+    let op = unsafe { Arc::from_raw(cbdata as *const DeregOp) };
+    // SAFETY: `held` is the Arc<FailedSet> reference PMIx held as the return object; the
     // handler is gone now, so nothing reads it any more.
-    drop(unsafe { Arc::from_raw(cbdata as *const FailedSet) });
+    drop(unsafe { Arc::from_raw(op.held) });
+    op.done.complete(status);
 }
 
 /// A registered handler: its PMIx reference id and the set reference PMIx holds.
@@ -277,21 +292,50 @@ pub(crate) fn register(lib: &p::PmixLib, set: &Arc<FailedSet>) -> Result<Registr
     }
 }
 
-/// `PMIx_Deregister_event_handler`; the set reference PMIx held is released when PMIx confirms.
+/// `PMIx_Deregister_event_handler`, and waits (up to [`REGISTER_TIMEOUT`]) until PMIx has
+/// confirmed it; the set reference PMIx held is released then.
+///
+/// The wait is the contract: PMIx confirms on its own progress thread, by calling
+/// [`deregistered`], code of this library. Returning before that let the process unload the
+/// library (Open MPI dlcloses the `oib` BTL component in `MPI_Finalize`) while PMIx was still
+/// to call it: PMIx's thread then jumped into unmapped memory (SIGSEGV at the end of about
+/// one job in two of tests/softroce_ompi_oib.rs's
+/// `matrix_thread_multiple_4_threads_per_rank_with_2_and_4_ranks`).
 pub(crate) fn deregister(lib: &p::PmixLib, reg: Registration) {
+    let op = Arc::new(DeregOp {
+        held: reg.held,
+        done: Completion::new(),
+    });
+    let cbdata = Arc::into_raw(Arc::clone(&op)) as *mut c_void;
     // SAFETY: `refid` came from a successful registration; `deregistered` matches
-    // pmix_op_cbfunc_t and takes back `held` once PMIx is done (or it leaks if it never calls).
-    let rc = unsafe {
-        lib.PMIx_Deregister_event_handler(reg.refid, Some(deregistered), reg.held as *mut c_void)
-    };
+    // pmix_op_cbfunc_t and takes back both references in `cbdata` once PMIx is done (or they
+    // leak if it never calls).
+    let rc = unsafe { lib.PMIx_Deregister_event_handler(reg.refid, Some(deregistered), cbdata) };
     if rc == p::PMIX_OPERATION_SUCCEEDED {
-        // Done at once, no callback will come: release the reference here.
-        // SAFETY: the handler is gone; this is the reference PMIx held.
-        drop(unsafe { Arc::from_raw(reg.held) });
+        // Done at once, no callback will come: release both references here.
+        // SAFETY: PMIx keeps no copy of `cbdata`; the handler is gone, and `held` is the
+        // reference PMIx held.
+        unsafe {
+            drop(Arc::from_raw(cbdata as *const DeregOp));
+            drop(Arc::from_raw(reg.held));
+        }
     } else if rc != p::PMIX_SUCCESS as i32 {
+        // SAFETY: refused, PMIx will not call back; `held` stays leaked (the handler may
+        // still be registered).
+        drop(unsafe { Arc::from_raw(cbdata as *const DeregOp) });
         tracing::debug!(
             rc,
             "PMIx_Deregister_event_handler refused; the failed set is leaked"
+        );
+    } else if op
+        .done
+        .wait(Some(Instant::now() + REGISTER_TIMEOUT))
+        .is_none()
+    {
+        tracing::warn!(
+            "PMIx did not confirm the termination handler's deregistration within {:?}; \
+             unloading this library now could crash PMIx's thread",
+            REGISTER_TIMEOUT
         );
     }
 }

@@ -210,20 +210,27 @@ fn matrix_p2p_many_probe_coll_with_2_and_4_ranks_under_mpirun() {
 }
 
 /// MPI_THREAD_MULTIPLE granted, 4 threads per rank exchanging with their counterparts, then
-/// collectives in the same job, with 2 and 4 ranks under mpirun.
+/// collectives in the same job, with 2 and 4 ranks under mpirun (4 also connected lazily).
 #[test]
 fn matrix_thread_multiple_4_threads_per_rank_with_2_and_4_ranks() {
     let Some((so, exe)) = matrix_prereqs("softroce_ompi_oib") else {
         return;
     };
-    let jobs = [("threads-np2", 2), ("threads-np4", 4)];
+    // threads-np4-lazy: the threads' first messages make the connections, several threads
+    // racing to the same peer.
+    let jobs = [
+        ("threads-np2", 2, ""),
+        ("threads-np4", 4, ""),
+        ("threads-np4-lazy", 4, " --mca btl_oib_connect_at_init 0"),
+    ];
     let mut script = matrix_env(&so);
-    for (name, n) in jobs {
-        script.push_str(&job(name, &mpirun(n, 600), &exe, "threads coll"));
+    for (name, n, mca) in jobs {
+        let launcher = format!("{}{mca}", mpirun(n, 600));
+        script.push_str(&job(name, &launcher, &exe, "threads coll"));
     }
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "1500"], &["sh", "-c", &script]);
-    for (name, n) in jobs {
+    for (name, n, _) in jobs {
         assert_matrix_passed(name, &job_text(&out, name), n, &["threads", "coll"]);
     }
 }

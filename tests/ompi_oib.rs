@@ -58,6 +58,36 @@ fn the_component_exports_only_its_symbol_and_resolves_every_other() {
     );
 }
 
+/// The component is never unmapped (`-z nodelete`): Open MPI dlcloses it in MPI_Finalize while
+/// PMIx's thread may still be returning from the transport's callback (a SIGSEGV after the
+/// job's output, about one 4-rank THREAD_MULTIPLE job in three in the guest:
+/// softroce_ompi_oib's matrix_thread_multiple_4_threads_per_rank_with_2_and_4_ranks).
+#[test]
+fn the_component_is_never_unloaded() {
+    let Some(so) = prereq::require(component()) else {
+        return;
+    };
+    if !prereq::have(
+        runs("readelf", "--version"),
+        "readelf is not installed (binutils)",
+    ) {
+        return;
+    }
+    let o = Command::new("readelf")
+        .arg("-d")
+        .arg(&so)
+        .output()
+        .expect("readelf");
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "readelf -d failed: {out}{err}");
+    assert!(
+        out.lines()
+            .any(|l| l.contains("FLAGS_1") && l.contains("NODELETE")),
+        "{} is not linked with -z nodelete:\n{out}",
+        so.display()
+    );
+}
+
 #[test]
 fn build_script_is_idempotent() {
     let Some(so) = prereq::require(component()) else {

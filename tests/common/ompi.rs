@@ -153,9 +153,11 @@ pub fn assert_over_oib(name: &str, text: &str, n: u32) {
     );
 }
 
-/// A job of tests/c/ompi_matrix.c: no check failed, every rank passed every subtest named,
-/// over oib ([`assert_over_oib`]). The caller checks the job's exit status.
+/// A job of tests/c/ompi_matrix.c: over oib ([`assert_over_oib`], checked first), no check
+/// failed, every rank passed every subtest named. The caller checks the job's exit status.
 pub fn assert_matrix_ran(name: &str, text: &str, n: u32, subtests: &[&str]) {
+    // First: a job that could not load the component fails naming that.
+    assert_over_oib(name, text, n);
     assert!(
         !text.contains("ompi_matrix: FAIL"),
         "{name}: a check failed:\n{text}"
@@ -168,5 +170,4 @@ pub fn assert_matrix_ran(name: &str, text: &str, n: u32, subtests: &[&str]) {
             );
         }
     }
-    assert_over_oib(name, text, n);
 }

@@ -104,6 +104,14 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             sh -c 'echo \"slurm: rank $SLURM_PROCID on $SLURMD_NODENAME\" >&2; exec \"$@\"' sh \"$@\"; }}\n"
     );
     let runs: Vec<(String, String)> = [
+        // First: checked first, so that its verdict shows even when a later run fails.
+        (
+            "mpi",
+            format!(
+                "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
+                 OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=10; on {matrix} p2p=1048576 coll)"
+            ),
+        ),
         (
             "ping-udcm",
             format!("OPENIB_CPC_INCLUDE=udcm on {b} ping --timeout 120 --json"),
@@ -128,13 +136,6 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             ),
         ),
         ("capi", format!("(cd {dir} && on ./exchange 100)")),
-        (
-            "mpi",
-            format!(
-                "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
-                 OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=10; on {matrix} p2p=1048576 coll)"
-            ),
-        ),
     ]
     .into_iter()
     .map(|(n, c)| (n.to_string(), c))

@@ -5,14 +5,17 @@
 //! first guest, `srun --mpi=pmix -N 2 -n 2` (one rank per host): `openib ping` through each
 //! CPC (udcm, oob, rdmacm: address handles from the remote GID, rdmacm resolving the remote
 //! address, oob's side channel across hosts), `openib bench`, a short `openib stress` and the
-//! C ABI example `tests/c/exchange.c`, every rank saying which host it ran on. Timings are
-//! printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
+//! C ABI example `tests/c/exchange.c`, and ob1 over the oib component (`tests/c/ompi_matrix.c
+//! p2p=1048576 coll`: point-to-point up to 1 MiB and collectives, every byte checked, every
+//! rank over oib), every rank saying which host it ran on. Timings are printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
 //!
 //! The second guest keeps its slurmd up until the first guest's controller has not answered
 //! three times in a row (each `sinfo` bounded to 10 s; at most its guest timeout). Every srun is bounded (`--immediate`, `--wait`, `timeout`).
 
 #[path = "softroce/harness.rs"]
 mod harness;
+#[path = "common/ompi.rs"]
+mod ompi;
 #[path = "common/slurm.rs"]
 mod slurm;
 #[path = "capi/support.rs"]
@@ -80,6 +83,15 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
     }
     let exe = support::compile_linked("exchange");
     let dir = exe.parent().expect("dir").display().to_string();
+    // The oib component and tests/c/ompi_matrix.c: point-to-point and collectives across hosts.
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(matrix) = prereq::require(ompi::matrix()) else {
+        return;
+    };
+    let (so, matrix) = (so.display().to_string(), matrix.display().to_string());
+    let so_dir = so.rsplit_once('/').expect("dir").0.to_string();
     let b = env!("CARGO_BIN_EXE_openib");
     let s = format!("{}/scripts/slurm", env!("CARGO_MANIFEST_DIR"));
     let key = munge_key().display().to_string();
@@ -87,11 +99,19 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
     let mut first = format!(
         "echo '=== up'; {up} >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
          . /tmp/slurm.env\n\
-         cat {b} {dir}/exchange {dir}/../libopenib.so >/dev/null\n\
+         cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} >/dev/null\n\
          on() {{ timeout 400 srun --mpi=pmix -N 2 -n 2 --ntasks-per-node 1 --immediate=120 --wait=120 --kill-on-bad-exit=1 \
             sh -c 'echo \"slurm: rank $SLURM_PROCID on $SLURMD_NODENAME\" >&2; exec \"$@\"' sh \"$@\"; }}\n"
     );
     let runs: Vec<(String, String)> = [
+        // First: checked first, so that its verdict shows even when a later run fails.
+        (
+            "mpi",
+            format!(
+                "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
+                 OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=10; on {matrix} p2p=1048576 coll)"
+            ),
+        ),
         (
             "ping-udcm",
             format!("OPENIB_CPC_INCLUDE=udcm on {b} ping --timeout 120 --json"),
@@ -130,7 +150,7 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
     let second = format!(
         "echo '=== up'; {up} >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; tail -n 20 /tmp/slurm/log/*; exit 1; }}\n\
          . /tmp/slurm.env\n\
-         cat {b} {dir}/exchange {dir}/../libopenib.so >/dev/null\n\
+         cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} >/dev/null\n\
          misses=0; while [ $misses -lt 3 ] && [ $SECONDS -lt 1100 ]; do if timeout 10 sinfo -h >/dev/null 2>&1; then misses=0; else misses=$((misses + 1)); fi; sleep 5; done\n\
          echo \"=== waited\"; echo \"$SECONDS s\"; tail -n 30 /tmp/slurm/log/*\n\
          {s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"
@@ -233,6 +253,11 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             }
             assert_eq!(received, 400, "{ctx}");
             eprintln!("stress across hosts: ok");
+        } else if name == "mpi" {
+            // ob1 over oib between the hosts: every byte of p2p (0 B to 1 MiB) and of the
+            // collectives checked by tests/c/ompi_matrix.c.
+            ompi::assert_matrix_ran(name, &format!("{text}\n{err}"), 2, &["p2p", "coll"]);
+            eprintln!("ompi_matrix p2p and coll across hosts over oib: ok");
         } else {
             support::assert_exchange_ok(&text, 100, &ctx);
             eprintln!("capi across hosts: both ranks ok");

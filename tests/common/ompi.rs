@@ -91,31 +91,83 @@ pub fn text(o: &Output) -> (String, String) {
     )
 }
 
-/// tests/c/ompi_hello.c compiled with mpicc into cargo's scratch directory for tests (under
-/// target/, which the SoftRoCE guest sees; its /tmp is its own).
+/// `tests/c/<name>.c` compiled with mpicc (and `flags`) into cargo's scratch directory for
+/// tests (under target/, which the SoftRoCE guest sees; its /tmp is its own).
+fn mpicc(name: &str, flags: &[&str]) -> Result<PathBuf, Unmet> {
+    have_ompi_dev()?;
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
+    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
+    let exe = dir.join(name);
+    // Compiled under this process's name, then renamed: test binaries may run at once.
+    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    let o = Command::new("mpicc")
+        .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
+        .args(flags)
+        .arg("-o")
+        .arg(&tmp)
+        .arg(root().join(format!("tests/c/{name}.c")))
+        .output()
+        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
+    if !o.status.success() {
+        let (out, err) = text(&o);
+        return Err(Unmet::Broken(format!(
+            "mpicc tests/c/{name}.c failed: {out}{err}"
+        )));
+    }
+    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
+    Ok(exe)
+}
+
+/// tests/c/ompi_hello.c, compiled once per test process.
 pub fn hello() -> Result<PathBuf, Unmet> {
     static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
-    EXE.get_or_init(|| {
-        have_ompi_dev()?;
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
-        std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
-        let exe = dir.join("ompi_hello");
-        // Compiled under this process's name, then renamed: test binaries may run at once.
-        let tmp = dir.join(format!("ompi_hello.{}", std::process::id()));
-        let o = Command::new("mpicc")
-            .args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-            .arg(&tmp)
-            .arg(root().join("tests/c/ompi_hello.c"))
-            .output()
-            .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
-        if !o.status.success() {
-            let (out, err) = text(&o);
-            return Err(Unmet::Broken(format!(
-                "mpicc tests/c/ompi_hello.c failed: {out}{err}"
-            )));
+    EXE.get_or_init(|| mpicc("ompi_hello", &["-O1"])).clone()
+}
+
+/// tests/c/ompi_matrix.c (subtests by argv, checks in tests/c/mpi_check.h), compiled once per
+/// test process.
+pub fn matrix() -> Result<PathBuf, Unmet> {
+    static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
+    EXE.get_or_init(|| mpicc("ompi_matrix", &["-O2", "-pthread"]))
+        .clone()
+}
+
+/// A job of tests/c/ompi_matrix.c run at `btl_base_verbose 10` with only `self,oib`: every rank
+/// made its oib module ("btl: oib: one module (rank R of N"), and Open MPI says it sends to
+/// every peer through oib (one "Using oib btl for send to" per ordered pair of ranks).
+pub fn assert_over_oib(name: &str, text: &str, n: u32) {
+    for r in 0..n {
+        assert!(
+            text.contains(&format!("btl: oib: one module (rank {r} of {n}")),
+            "{name}: rank {r} made no oib module (component not loaded?):\n{text}"
+        );
+    }
+    let via_oib = text
+        .lines()
+        .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
+        .count();
+    assert_eq!(
+        via_oib,
+        (n * (n - 1)) as usize,
+        "{name}: ob1 did not pick oib for every peer:\n{text}"
+    );
+}
+
+/// A job of tests/c/ompi_matrix.c: over oib ([`assert_over_oib`], checked first), no check
+/// failed, every rank passed every subtest named. The caller checks the job's exit status.
+pub fn assert_matrix_ran(name: &str, text: &str, n: u32, subtests: &[&str]) {
+    // First: a job that could not load the component fails naming that.
+    assert_over_oib(name, text, n);
+    assert!(
+        !text.contains("ompi_matrix: FAIL"),
+        "{name}: a check failed:\n{text}"
+    );
+    for s in subtests {
+        for r in 0..n {
+            assert!(
+                text.contains(&format!("ompi_matrix: {s} rank {r} of {n} ok")),
+                "{name}: rank {r} did not pass {s}:\n{text}"
+            );
         }
-        std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
-        Ok(exe)
-    })
-    .clone()
+    }
 }

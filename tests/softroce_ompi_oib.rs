@@ -521,9 +521,10 @@ fn matrix_p2p_many_probe_coll_with_2_and_4_ranks_under_mpirun() {
     };
     let subtests = ["p2p", "many", "probe", "coll"];
     // The sizes straddle the eager limit the program is told; each job's oib module must
-    // say it uses that one (the default 8192, and 4096 set through btl_oib_eager_limit).
+    // say it uses that one (the component's default 12288, and 4096 set through
+    // btl_oib_eager_limit).
     let jobs = [
-        ("np2", 2, "", 8192, "p2p many probe coll"),
+        ("np2", 2, "", 12288, "eager=12288 p2p many probe coll"),
         (
             "np4",
             4,
@@ -531,14 +532,9 @@ fn matrix_p2p_many_probe_coll_with_2_and_4_ranks_under_mpirun() {
             4096,
             "eager=4096 p2p=16777216 many probe coll",
         ),
-        // connections made on first use, by the burst of 256 messages to every peer at once
-        (
-            "np4-lazy",
-            4,
-            " --mca btl_oib_connect_at_init 0",
-            8192,
-            "many probe",
-        ),
+        // connections made on first use (the default), by the burst of 256 messages to every
+        // peer at once
+        ("np4-lazy", 4, "", 12288, "eager=12288 many probe"),
     ];
     let mut script = matrix_env(&so);
     for (name, n, mca, _, args) in jobs {

@@ -167,6 +167,8 @@ void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m);
 int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c);
 /* Runs the callbacks of finished operations; returns how many. */
 int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m);
+/* The transport's error code (openib.h) as an OPAL code. */
+int mca_btl_oib_opal_code(int rc);
 /* Takes the early completion of `token` (one progress polled before its poster recorded the
  * token): true with its status in *status, false when there is none. */
 bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status);

@@ -51,8 +51,9 @@ static inline mca_btl_oib_module_t *module_of(struct mca_btl_base_module_t *btl)
     return (mca_btl_oib_module_t *) btl;
 }
 
-/* The transport's error as an OPAL code ob1 understands. */
-static int opal_code(int rc)
+/* The transport's error as an OPAL code ob1 understands (declared in btl_oib.h; the send and
+ * the RDMA paths share it). */
+int mca_btl_oib_opal_code(int rc)
 {
     switch (rc) {
     case OPENIB_OK:
@@ -64,6 +65,8 @@ static int opal_code(int rc)
     case OPENIB_ERR_ENDPOINT_FAILED:
         return OPAL_ERR_UNREACH;
     case OPENIB_ERR_TOO_LARGE:
+    case OPENIB_ERR_RANGE:
+    case OPENIB_ERR_INVALID:
         return OPAL_ERR_BAD_PARAM;
     default:
         return OPAL_ERROR;
@@ -242,7 +245,7 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     if (OPENIB_OK != rc) {
         opal_output_verbose(10, OIB_OUT, "btl: oib: send of %zu bytes to rank %u: %s",
                             frag->segment.seg_len, ep->rank, openib_last_error());
-        return opal_code(rc);
+        return mca_btl_oib_opal_code(rc);
     }
     pthread_mutex_lock(&m->send_lock);
     frag->token = token;
@@ -302,7 +305,7 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
             return OPAL_SUCCESS;
         }
         if (OPENIB_ERR_BUSY != rc && OPENIB_ERR_TOO_LARGE != rc) {
-            return opal_code(rc);
+            return mca_btl_oib_opal_code(rc);
         }
     }
     /* ob1 resets the convertor before it packs again into this descriptor. */
@@ -383,7 +386,7 @@ static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, s
 static void send_done(mca_btl_oib_module_t *m, mca_btl_oib_frag_t *frag, uint32_t peer,
                       int transport_status)
 {
-    int status = opal_code(transport_status);
+    int status = mca_btl_oib_opal_code(transport_status);
     if (OPAL_SUCCESS != status) {
         opal_output_verbose(1, OIB_OUT, "btl: oib: send to rank %u failed: %s", peer,
                             openib_strerror(transport_status));

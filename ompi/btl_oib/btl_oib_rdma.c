@@ -40,26 +40,6 @@ static inline mca_btl_oib_reg_t *reg_of(struct mca_btl_base_registration_handle_
     return (mca_btl_oib_reg_t *) ((char *) h - offsetof(mca_btl_oib_reg_t, handle));
 }
 
-/* The transport's error as an OPAL code (as the send path maps them). */
-static int rdma_code(int rc)
-{
-    switch (rc) {
-    case OPENIB_OK:
-        return OPAL_SUCCESS;
-    case OPENIB_ERR_BUSY:
-        return OPAL_ERR_OUT_OF_RESOURCE;
-    case OPENIB_ERR_NO_PATH:
-    case OPENIB_ERR_BAD_PEER:
-    case OPENIB_ERR_ENDPOINT_FAILED:
-        return OPAL_ERR_UNREACH;
-    case OPENIB_ERR_RANGE:
-    case OPENIB_ERR_INVALID:
-        return OPAL_ERR_BAD_PARAM;
-    default:
-        return OPAL_ERROR;
-    }
-}
-
 static struct mca_btl_base_registration_handle_t *
 oib_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
                  void *base, size_t size, uint32_t flags)
@@ -120,29 +100,20 @@ static void piece_done(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, int stat
 /* Records the token of a piece of `op` just posted: claims its completion when progress saw
  * it first, or keeps it for progress (without memory for that, the piece counts as failed
  * at once and its completion is kept as an early one, never claimed). */
+static bool early_take_locked(mca_btl_oib_module_t *m, uint64_t token, int *status);
+
 static void piece_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, uint64_t token)
 {
-    pthread_mutex_lock(&m->rdma_lock);
-    mca_btl_oib_token_t *prev = NULL, *e = m->early;
-    while (NULL != e && e->token != token) {
-        prev = e;
-        e = e->next;
-    }
-    if (NULL != e) {
-        if (NULL == prev) {
-            m->early = e->next;
-        } else {
-            prev->next = e->next;
-        }
-        op->pending++;
-        piece_done(m, op, e->status);
-        pthread_mutex_unlock(&m->rdma_lock);
-        free(e);
-        return;
-    }
+    /* Allocated before the lock; the lookup and the insertion are one critical section, so
+     * progress cannot keep the completion as early in between. */
     mca_btl_oib_token_t *p = malloc(sizeof *p);
+    int status;
+    pthread_mutex_lock(&m->rdma_lock);
     op->pending++;
-    if (NULL == p) {
+    if (early_take_locked(m, token, &status)) {
+        piece_done(m, op, status);
+        free(p);
+    } else if (NULL == p) {
         /* Its completion cannot be matched: count the piece failed now. */
         piece_done(m, op, OPENIB_ERR_OTHER);
     } else {
@@ -191,25 +162,33 @@ int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion
     return 1;
 }
 
-bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status)
+/* Takes the early completion of `token` from the list; rdma_lock held. */
+static bool early_take_locked(mca_btl_oib_module_t *m, uint64_t token, int *status)
 {
-    pthread_mutex_lock(&m->rdma_lock);
     mca_btl_oib_token_t *prev = NULL, *e = m->early;
     while (NULL != e && e->token != token) {
         prev = e;
         e = e->next;
     }
-    if (NULL != e) {
-        if (NULL == prev) {
-            m->early = e->next;
-        } else {
-            prev->next = e->next;
-        }
-        *status = e->status;
+    if (NULL == e) {
+        return false;
     }
-    pthread_mutex_unlock(&m->rdma_lock);
+    if (NULL == prev) {
+        m->early = e->next;
+    } else {
+        prev->next = e->next;
+    }
+    *status = e->status;
     free(e);
-    return NULL != e;
+    return true;
+}
+
+bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status)
+{
+    pthread_mutex_lock(&m->rdma_lock);
+    bool found = early_take_locked(m, token, status);
+    pthread_mutex_unlock(&m->rdma_lock);
+    return found;
 }
 
 int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
@@ -233,7 +212,7 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
         __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
         if (NULL != op->cbfunc) {
             op->cbfunc(&m->super, op->endpoint, op->local_address, op->local_handle,
-                       op->cbcontext, op->cbdata, rdma_code(op->status));
+                       op->cbcontext, op->cbdata, mca_btl_oib_opal_code(op->status));
         }
         if (OPENIB_OK != op->status && NULL != m->error_cb && NULL != op->endpoint
             && OPENIB_ERR_ENDPOINT_FAILED == op->status) {
@@ -275,7 +254,7 @@ static int op_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, size_t pos
     if (0 == posted) {
         free(op);
         __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
-        return rdma_code(rc);
+        return mca_btl_oib_opal_code(rc);
     }
     pthread_mutex_lock(&m->rdma_lock);
     piece_done(m, op, rc);

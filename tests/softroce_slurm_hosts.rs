@@ -7,7 +7,8 @@
 //! address, oob's side channel across hosts), `openib bench`, a short `openib stress` and the
 //! C ABI example `tests/c/exchange.c`, and ob1 over the oib component (`tests/c/ompi_matrix.c
 //! p2p=1048576 coll`: point-to-point up to 1 MiB and collectives, every byte checked, every
-//! rank over oib), every rank saying which host it ran on. Timings are printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
+//! rank over oib), every rank saying which host it ran on; and with `-n 4` (two ranks per host)
+//! over `self,vader,oib`, vader within a host and oib between them (`p2p=262144 coll`). Timings are printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
 //!
 //! The second guest keeps its slurmd up until the first guest's controller has not answered
 //! three times in a row (each `sinfo` bounded to 10 s; at most its guest timeout). Every srun is bounded (`--immediate`, `--wait`, `timeout`).
@@ -101,6 +102,8 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
          . /tmp/slurm.env\n\
          cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} >/dev/null\n\
          on() {{ timeout 400 srun --mpi=pmix -N 2 -n 2 --ntasks-per-node 1 --immediate=120 --wait=120 --kill-on-bad-exit=1 \
+            sh -c 'echo \"slurm: rank $SLURM_PROCID on $SLURMD_NODENAME\" >&2; exec \"$@\"' sh \"$@\"; }}\n\
+         on4() {{ timeout 400 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 --wait=120 --kill-on-bad-exit=1 \
             sh -c 'echo \"slurm: rank $SLURM_PROCID on $SLURMD_NODENAME\" >&2; exec \"$@\"' sh \"$@\"; }}\n"
     );
     let runs: Vec<(String, String)> = [
@@ -110,6 +113,15 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             format!(
                 "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
                  OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=10; on {matrix} p2p=1048576 coll)"
+            ),
+        ),
+        // vader for the node, ours between the nodes (the issue's `self,vader,oib`): two
+        // ranks on each host.
+        (
+            "mpi-vader",
+            format!(
+                "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
+                 OMPI_MCA_btl=self,vader,oib OMPI_MCA_btl_base_verbose=10; on4 {matrix} p2p=262144 coll)"
             ),
         ),
         (
@@ -205,8 +217,14 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
         let (text, err) = (sec(name), sec(&format!("{name}-err")));
         let ctx = format!("{name}:\n{text}\nstderr:\n{err}\n--- node2 ---\n{out2}");
         assert!(!text.contains("FAILED"), "{ctx}");
-        // One rank on each host.
-        let want: BTreeMap<u32, String> = [(0, "node1".into()), (1, "node2".into())].into();
+        // One rank on each host (two for mpi-vader).
+        let want: BTreeMap<u32, String> = if name == "mpi-vader" {
+            [(0, "node1"), (1, "node1"), (2, "node2"), (3, "node2")]
+                .map(|(r, n)| (r, n.to_string()))
+                .into()
+        } else {
+            [(0, "node1".into()), (1, "node2".into())].into()
+        };
         assert_eq!(placement(&err), want, "{ctx}");
         if let Some(cpc) = name.strip_prefix("ping-") {
             let v: Value =
@@ -253,6 +271,32 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             }
             assert_eq!(received, 400, "{ctx}");
             eprintln!("stress across hosts: ok");
+        } else if name == "mpi-vader" {
+            // Each rank's one peer on its host over vader, its two on the other host over oib,
+            // every byte of p2p (0 B to 256 KiB) and of the collectives checked.
+            let all_text = format!("{text}\n{err}");
+            let count = |btl: &str| {
+                all_text
+                    .lines()
+                    .filter(|l| l.contains(&format!("mca: bml: Using {btl} btl for send to")))
+                    .count()
+            };
+            for r in 0..4 {
+                assert!(
+                    all_text.contains(&format!("btl: oib: one module (rank {r} of 4")),
+                    "rank {r} made no oib module: {ctx}"
+                );
+                for t in ["p2p", "coll"] {
+                    assert!(
+                        all_text.contains(&format!("ompi_matrix: {t} rank {r} of 4 ok")),
+                        "rank {r} did not pass {t}: {ctx}"
+                    );
+                }
+            }
+            assert!(!all_text.contains("ompi_matrix: FAIL"), "{ctx}");
+            assert_eq!(count("vader"), 4, "one vader peer per rank: {ctx}");
+            assert_eq!(count("oib"), 8, "two oib peers per rank: {ctx}");
+            eprintln!("ompi_matrix over self,vader,oib, 2 ranks per host: ok");
         } else if name == "mpi" {
             // ob1 over oib between the hosts: every byte of p2p (0 B to 1 MiB) and of the
             // collectives checked by tests/c/ompi_matrix.c.

@@ -64,50 +64,13 @@ fn mpirun_self_oib_exchanges_checked_messages_with_2_3_and_4_ranks() {
                 text.contains(&format!("ompi_hello: rank {r} of {n} ok")),
                 "{name}: rank {r} did not finish its checked exchanges:\n{text}"
             );
-            assert!(
-                text.contains(&format!("btl: oib: one module (rank {r} of {n}")),
-                "{name}: rank {r} made no oib module:\n{text}"
-            );
         }
-        let via_oib = text
-            .lines()
-            .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
-            .count();
-        assert_eq!(
-            via_oib,
-            (n * (n - 1)) as usize,
-            "{name}: ob1 did not pick oib for every peer:\n{text}"
-        );
+        ompi::assert_over_oib(name, &text, n);
         assert!(
             !text.contains("btl: oib: no module") && !text.contains("connecting to every peer"),
             "{name}: a rank stepped aside or could not connect:\n{text}"
         );
     }
-}
-
-/// tests/c/ompi_large.c compiled with mpicc beside ompi_hello (see [`ompi::hello`]).
-fn large() -> Result<std::path::PathBuf, prereq::Unmet> {
-    use prereq::Unmet;
-    use std::process::Command;
-    ompi::have_ompi_dev()?;
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
-    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
-    let exe = dir.join("ompi_large");
-    let tmp = dir.join(format!("ompi_large.{}", std::process::id()));
-    let o = Command::new("mpicc")
-        .args(["-std=c99", "-O1", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&tmp)
-        .arg(ompi::root().join("tests/c/ompi_large.c"))
-        .output()
-        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
-    if !o.status.success() {
-        let (out, err) = ompi::text(&o);
-        return Err(Unmet::Broken(format!(
-            "mpicc tests/c/ompi_large.c failed: {out}{err}"
-        )));
-    }
-    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
-    Ok(exe)
 }
 
 /// The numbers of one rank's finalize line (`btl_base_verbose` 5): "btl: oib: rank R: rdma:
@@ -148,7 +111,7 @@ fn mpirun_self_oib_large_messages_take_the_rdma_path() {
     let Some(so) = prereq::require(ompi::component()) else {
         return;
     };
-    let Some(exe) = prereq::require(large()) else {
+    let Some(exe) = prereq::require(ompi::large()) else {
         return;
     };
     const MIB: u64 = 1 << 20;
@@ -214,47 +177,25 @@ fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
     use prereq::Unmet;
     use std::process::Command;
     ompi::have_ompi_dev()?;
-    let dirs = |what: &str| -> Result<Vec<String>, Unmet> {
+    let dirs = |what: &str, prefix: &str| -> Result<Vec<String>, Unmet> {
         let o = Command::new("mpicc")
             .arg(format!("--showme:{what}"))
             .output()
             .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
         Ok(String::from_utf8_lossy(&o.stdout)
             .split_whitespace()
-            .map(str::to_string)
+            .map(|d| format!("{prefix}{d}"))
             .collect())
     };
-    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
-    std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
-    let exe = dir.join("ompi_btl_rdma");
-    let tmp = dir.join(format!("ompi_btl_rdma.{}", std::process::id()));
-    let mut c = Command::new("mpicc");
-    c.args(["-std=gnu11", "-O1", "-Wall", "-Wextra", "-Werror"]);
+    let mut flags = vec!["-std=gnu11".to_string(), "-O1".to_string()];
     // Open MPI's inline atomics need 16-byte compare-and-swap (as scripts/build-oib says).
     if cfg!(target_arch = "x86_64") {
-        c.arg("-mcx16");
+        flags.push("-mcx16".to_string());
     }
-    for d in dirs("incdirs")? {
-        c.arg(format!("-I{d}"));
-    }
-    c.arg("-o")
-        .arg(&tmp)
-        .arg(ompi::root().join("tests/c/ompi_btl_rdma.c"));
-    for d in dirs("libdirs")? {
-        c.arg(format!("-L{d}"));
-    }
-    c.arg("-lopen-pal");
-    let o = c
-        .output()
-        .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
-    if !o.status.success() {
-        let (out, err) = ompi::text(&o);
-        return Err(Unmet::Broken(format!(
-            "mpicc tests/c/ompi_btl_rdma.c failed: {out}{err}"
-        )));
-    }
-    std::fs::rename(&tmp, &exe).map_err(|e| Unmet::Broken(format!("{exe:?}: {e}")))?;
-    Ok(exe)
+    flags.extend(dirs("incdirs", "-I")?);
+    let mut libs = dirs("libdirs", "-L")?;
+    libs.push("-lopen-pal".to_string());
+    ompi::mpicc_linked("ompi_btl_rdma", &flags, &libs)
 }
 
 /// The module's one-sided entry points called directly through the BML, as Open MPI's

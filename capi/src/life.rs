@@ -261,7 +261,7 @@ pub unsafe extern "C" fn openib_flush(t: *mut openib_t, timeout_ms: u32) -> c_in
     call("openib_flush", || {
         // SAFETY: the caller's contract on `t`.
         let mut l = unsafe { handle(t) }?.lock()?;
-        l.inner("openib_flush")?;
+        // Inside a callback the transport refuses (InCallback: OPENIB_ERR_REENTRANT).
         let done = l.t().flush(Duration::from_millis(timeout_ms.into()))?;
         l.inner("openib_flush")?.done.extend(done);
         l.gather();

@@ -1,32 +1,77 @@
-//! One-sided operations: RDMA put and get, fetch-and-add and compare-and-swap.
+//! One-sided operations: RDMA put and get, fetch-and-add and compare-and-swap, by offsets into
+//! the two regions or by addresses inside them.
 
 use super::*;
 
-/// Put (`write`) or get: the shared part of `openib_put` and `openib_get`.
+/// Where a one-sided operation reads and writes.
+pub(crate) enum Place {
+    /// Offsets into the local region and the peer's.
+    Offsets { offset: usize, roffset: u64 },
+    /// Addresses inside them (both ranges checked: [`offsets`]).
+    Addresses {
+        local: *const c_void,
+        remote_addr: u64,
+    },
+}
+
+/// What a one-sided operation does.
+pub(crate) enum What {
+    /// Put (`write`) or get of `len` bytes.
+    Rdma { write: bool, len: usize },
+    /// A 64-bit atomic (8 bytes on both sides).
+    Atomic(AtomicOp),
+}
+
+/// Every one-sided entry point: checks the handle, the region (of this handle) and the remote
+/// handle, turns `place` into offsets, and posts the operation.
 ///
 /// # Safety
-/// As for `openib_put`.
+/// As for `openib_put` (`openib_put_addr` for [`Place::Addresses`]).
 #[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn rdma(
+unsafe fn one_sided(
     func: &str,
-    write: bool,
     t: *mut openib_t,
     peer: u32,
     mem: *mut openib_mem_t,
-    offset: usize,
     remote: *const openib_remote_t,
-    roffset: u64,
-    len: usize,
+    place: Place,
+    what: What,
     token_out: *mut u64,
 ) -> c_int {
     call(func, || {
         // SAFETY: the caller's contract on `t`, `mem` and `remote`.
         let (h, m, r) = unsafe { (handle(t)?, region(mem)?, remote_of(remote)?) };
         owned_by(m, h)?;
+        let len = match what {
+            What::Rdma { len, .. } => len,
+            What::Atomic(_) => 8,
+        };
+        let (offset, roffset) = match place {
+            Place::Offsets { offset, roffset } => (offset, roffset),
+            Place::Addresses { local, remote_addr } => {
+                if local.is_null() {
+                    return Err(null("local"));
+                }
+                offsets(
+                    m.mr.addr(),
+                    m.mr.len(),
+                    local as usize as u64,
+                    &r,
+                    remote_addr,
+                    len,
+                )?
+            }
+        };
         let mut l = h.lock()?;
-        let token = l
-            .t()
-            .rdma(peer, write, m.mr.local(), offset, r, roffset, len)?;
+        let token = match what {
+            What::Rdma { write, len } => {
+                l.t()
+                    .rdma(peer, write, m.mr.local(), offset, r, roffset, len)?
+            }
+            What::Atomic(op) => l
+                .t()
+                .atomic_region(peer, op, m.mr.local(), offset, r, roffset)?,
+        };
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)
@@ -52,16 +97,14 @@ pub unsafe extern "C" fn openib_put(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        rdma(
+        one_sided(
             "openib_put",
-            true,
             t,
             peer,
             mem,
-            offset,
             remote,
-            roffset,
-            len,
+            Place::Offsets { offset, roffset },
+            What::Rdma { write: true, len },
             token_out,
         )
     }
@@ -85,49 +128,17 @@ pub unsafe extern "C" fn openib_get(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        rdma(
+        one_sided(
             "openib_get",
-            false,
             t,
             peer,
             mem,
-            offset,
             remote,
-            roffset,
-            len,
+            Place::Offsets { offset, roffset },
+            What::Rdma { write: false, len },
             token_out,
         )
     }
-}
-
-/// A 64-bit atomic: the shared part of `openib_fetch_add` and `openib_compare_swap`.
-///
-/// # Safety
-/// As for `openib_fetch_add`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn atomic(
-    func: &str,
-    op: AtomicOp,
-    t: *mut openib_t,
-    peer: u32,
-    mem: *mut openib_mem_t,
-    offset: usize,
-    remote: *const openib_remote_t,
-    roffset: u64,
-    token_out: *mut u64,
-) -> c_int {
-    call(func, || {
-        // SAFETY: the caller's contract on `t`, `mem` and `remote`.
-        let (h, m, r) = unsafe { (handle(t)?, region(mem)?, remote_of(remote)?) };
-        owned_by(m, h)?;
-        let token = h
-            .lock()?
-            .t()
-            .atomic_region(peer, op, m.mr.local(), offset, r, roffset)?;
-        // SAFETY: the caller's contract on `token_out`.
-        unsafe { put_opt(token_out, token) };
-        Ok(OPENIB_OK)
-    })
 }
 
 /// Atomically adds `add` to the 8 bytes of `remote` at `roffset` (8-byte aligned); the old
@@ -150,15 +161,14 @@ pub unsafe extern "C" fn openib_fetch_add(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        atomic(
+        one_sided(
             "openib_fetch_add",
-            AtomicOp::FetchAdd { add },
             t,
             peer,
             mem,
-            offset,
             remote,
-            roffset,
+            Place::Offsets { offset, roffset },
+            What::Atomic(AtomicOp::FetchAdd { add }),
             token_out,
         )
     }
@@ -185,15 +195,14 @@ pub unsafe extern "C" fn openib_compare_swap(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        atomic(
+        one_sided(
             "openib_compare_swap",
-            AtomicOp::CompareSwap { compare, swap },
             t,
             peer,
             mem,
-            offset,
             remote,
-            roffset,
+            Place::Offsets { offset, roffset },
+            What::Atomic(AtomicOp::CompareSwap { compare, swap }),
             token_out,
         )
     }
@@ -218,49 +227,6 @@ pub(crate) fn offsets(
     Ok((lo as usize, ro))
 }
 
-/// Put (`write`) or get by address: the shared part of `openib_put_addr` and
-/// `openib_get_addr`.
-///
-/// # Safety
-/// As for `openib_put_addr`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn rdma_addr(
-    func: &str,
-    write: bool,
-    t: *mut openib_t,
-    peer: u32,
-    local: *const c_void,
-    local_mem: *mut openib_mem_t,
-    remote_addr: u64,
-    remote: *const openib_remote_t,
-    len: usize,
-    token_out: *mut u64,
-) -> c_int {
-    call(func, || {
-        // SAFETY: the caller's contract on `t`, `local_mem` and `remote`.
-        let (h, m, r) = unsafe { (handle(t)?, region(local_mem)?, remote_of(remote)?) };
-        owned_by(m, h)?;
-        if local.is_null() {
-            return Err(null("local"));
-        }
-        let (lo, ro) = offsets(
-            m.mr.addr(),
-            m.mr.len(),
-            local as usize as u64,
-            &r,
-            remote_addr,
-            len,
-        )?;
-        let token = h
-            .lock()?
-            .t()
-            .rdma(peer, write, m.mr.local(), lo, r, ro, len)?;
-        // SAFETY: the caller's contract on `token_out`.
-        unsafe { put_opt(token_out, token) };
-        Ok(OPENIB_OK)
-    })
-}
-
 /// RDMA write of `len` bytes at `local` (inside `local_mem`) to `remote_addr` (inside the
 /// peer's region `remote`).
 ///
@@ -281,16 +247,14 @@ pub unsafe extern "C" fn openib_put_addr(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        rdma_addr(
+        one_sided(
             "openib_put_addr",
-            true,
             t,
             peer,
-            local,
             local_mem,
-            remote_addr,
             remote,
-            len,
+            Place::Addresses { local, remote_addr },
+            What::Rdma { write: true, len },
             token_out,
         )
     }
@@ -315,61 +279,17 @@ pub unsafe extern "C" fn openib_get_addr(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        rdma_addr(
+        one_sided(
             "openib_get_addr",
-            false,
             t,
             peer,
-            local,
             local_mem,
-            remote_addr,
             remote,
-            len,
+            Place::Addresses { local, remote_addr },
+            What::Rdma { write: false, len },
             token_out,
         )
     }
-}
-
-/// A 64-bit atomic by address: the shared part of `openib_fetch_add_addr` and
-/// `openib_compare_swap_addr`.
-///
-/// # Safety
-/// As for `openib_fetch_add_addr`.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn atomic_addr(
-    func: &str,
-    op: AtomicOp,
-    t: *mut openib_t,
-    peer: u32,
-    local: *mut c_void,
-    local_mem: *mut openib_mem_t,
-    remote_addr: u64,
-    remote: *const openib_remote_t,
-    token_out: *mut u64,
-) -> c_int {
-    call(func, || {
-        // SAFETY: the caller's contract on `t`, `local_mem` and `remote`.
-        let (h, m, r) = unsafe { (handle(t)?, region(local_mem)?, remote_of(remote)?) };
-        owned_by(m, h)?;
-        if local.is_null() {
-            return Err(null("local"));
-        }
-        let (lo, ro) = offsets(
-            m.mr.addr(),
-            m.mr.len(),
-            local as usize as u64,
-            &r,
-            remote_addr,
-            8,
-        )?;
-        let token = h
-            .lock()?
-            .t()
-            .atomic_region(peer, op, m.mr.local(), lo, r, ro)?;
-        // SAFETY: the caller's contract on `token_out`.
-        unsafe { put_opt(token_out, token) };
-        Ok(OPENIB_OK)
-    })
 }
 
 /// Atomically adds `add` to the 8 bytes at `remote_addr` (8-byte aligned, inside the peer's
@@ -393,15 +313,17 @@ pub unsafe extern "C" fn openib_fetch_add_addr(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        atomic_addr(
+        one_sided(
             "openib_fetch_add_addr",
-            AtomicOp::FetchAdd { add },
             t,
             peer,
-            local,
             local_mem,
-            remote_addr,
             remote,
+            Place::Addresses {
+                local: local.cast_const(),
+                remote_addr,
+            },
+            What::Atomic(AtomicOp::FetchAdd { add }),
             token_out,
         )
     }
@@ -428,15 +350,17 @@ pub unsafe extern "C" fn openib_compare_swap_addr(
 ) -> c_int {
     // SAFETY: the same contract.
     unsafe {
-        atomic_addr(
+        one_sided(
             "openib_compare_swap_addr",
-            AtomicOp::CompareSwap { compare, swap },
             t,
             peer,
-            local,
             local_mem,
-            remote_addr,
             remote,
+            Place::Addresses {
+                local: local.cast_const(),
+                remote_addr,
+            },
+            What::Atomic(AtomicOp::CompareSwap { compare, swap }),
             token_out,
         )
     }

@@ -94,6 +94,13 @@ pub fn text(o: &Output) -> (String, String) {
 /// `tests/c/<name>.c` compiled with mpicc (and `flags`) into cargo's scratch directory for
 /// tests (under target/, which the SoftRoCE guest sees; its /tmp is its own).
 fn mpicc(name: &str, flags: &[&str]) -> Result<PathBuf, Unmet> {
+    let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+    mpicc_linked(name, &flags, &[])
+}
+
+/// tests/c/`name`.c compiled with mpicc into the test's scratch directory (c99 and warnings as
+/// errors; `flags` after those, so a later `-std=` wins), `libs` after the source.
+pub fn mpicc_linked(name: &str, flags: &[String], libs: &[String]) -> Result<PathBuf, Unmet> {
     have_ompi_dev()?;
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
     std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
@@ -106,6 +113,7 @@ fn mpicc(name: &str, flags: &[&str]) -> Result<PathBuf, Unmet> {
         .arg("-o")
         .arg(&tmp)
         .arg(root().join(format!("tests/c/{name}.c")))
+        .args(libs)
         .output()
         .map_err(|e| Unmet::Broken(format!("mpicc cannot run: {e}")))?;
     if !o.status.success() {
@@ -122,6 +130,12 @@ fn mpicc(name: &str, flags: &[&str]) -> Result<PathBuf, Unmet> {
 pub fn hello() -> Result<PathBuf, Unmet> {
     static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
     EXE.get_or_init(|| mpicc("ompi_hello", &["-O1"])).clone()
+}
+
+/// tests/c/ompi_large.c (1 MiB to 64 MiB, the RDMA path), compiled once per test process.
+pub fn large() -> Result<PathBuf, Unmet> {
+    static EXE: OnceLock<Result<PathBuf, Unmet>> = OnceLock::new();
+    EXE.get_or_init(|| mpicc("ompi_large", &["-O1"])).clone()
 }
 
 /// tests/c/ompi_matrix.c (subtests by argv, checks in tests/c/mpi_check.h), compiled once per

@@ -329,6 +329,13 @@ int openib_compare_swap_addr(openib_t *t, uint32_t peer, void *local, openib_mem
  * Call it often: nothing moves without it. */
 int openib_progress(openib_t *t);
 
+/* openib_progress, then up to `max` completions taken as by openib_poll_completion, oldest
+ * first, into out[0 .. *taken_out - 1]; one call and one lock for a poll loop. Returns the
+ * progress count (>= 0) or a negative error (nothing taken). A failed completion has a negative
+ * status and sets openib_last_error (for several, the last one's). `out` may be NULL only with
+ * `max` 0; `taken_out` may be NULL. Inside a receive callback of the handle: 0, none taken. */
+int openib_progress_poll(openib_t *t, openib_completion_t *out, size_t max, size_t *taken_out);
+
 /* Takes the oldest completion of a send, put, get or atomic: returns 1 and fills *out, 0 when
  * there is none, or a negative error. Every send, put, get and atomic reports one, whether or
  * not its token was asked for, and they are kept until taken here: a program must take them

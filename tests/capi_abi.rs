@@ -34,6 +34,7 @@ const API: &[&str] = &[
     "openib_open_runtime",
     "openib_poll_completion",
     "openib_progress",
+    "openib_progress_poll",
     "openib_put",
     "openib_put_addr",
     "openib_rank",

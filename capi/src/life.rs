@@ -204,6 +204,75 @@ pub unsafe extern "C" fn openib_progress(t: *mut openib_t) -> c_int {
     })
 }
 
+/// Progress and completions in one call (one lock instead of two for a poll loop): makes
+/// progress as [`openib_progress`], then takes up to `max` completions, oldest first, into
+/// `out[0..*taken_out]` as [`openib_poll_completion`] would. Returns the progress count (>= 0)
+/// or a negative error (then nothing was taken). Inside a receive callback of the handle it
+/// returns 0 and takes nothing (the running progress call holds the completions).
+///
+/// # Safety
+/// `t` is NULL or a live handle; `out` is NULL (only with `max` 0) or writable for `max`
+/// completions; `taken_out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn openib_progress_poll(
+    t: *mut openib_t,
+    out: *mut openib_completion_t,
+    max: usize,
+    taken_out: *mut usize,
+) -> c_int {
+    // SAFETY: the caller's contract on `taken_out`.
+    unsafe { put_opt(taken_out, 0) };
+    call("openib_progress_poll", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        if out.is_null() && max > 0 {
+            return Err(null("out"));
+        }
+        let mut l = h.lock()?;
+        let n = l.t().progress()?;
+        let Locked::Held { g, .. } = &mut l else {
+            return Ok(to_int(n)); // inside a callback: progress did nothing
+        };
+        g.gather();
+        let mut taken = 0;
+        while taken < max {
+            let Some(c) = g.done.pop_front() else { break };
+            let v = completion_out("openib_progress_poll", c);
+            // SAFETY: `out` is writable for `max` completions (the caller's contract) and
+            // `taken < max`.
+            unsafe { out.add(taken).write(v) };
+            taken += 1;
+        }
+        drop(l);
+        // SAFETY: as above.
+        unsafe { put_opt(taken_out, taken) };
+        Ok(to_int(n))
+    })
+}
+
+/// A completion as the C ABI reports it; a failed one also sets this thread's last error.
+fn completion_out(func: &str, c: Completion) -> openib_completion_t {
+    match c {
+        Completion::Done { peer, token } => openib_completion_t {
+            peer,
+            token,
+            status: OPENIB_OK,
+        },
+        Completion::Failed {
+            peer, token, error, ..
+        } => {
+            set_last_error(format!(
+                "{func}: operation {token} to rank {peer} failed: {error}"
+            ));
+            openib_completion_t {
+                peer,
+                token,
+                status: OPENIB_ERR_ENDPOINT_FAILED,
+            }
+        }
+    }
+}
+
 /// Takes one completion: 1 when `*out` was filled, 0 when there is none, or a negative error.
 /// A failed operation has a negative `status`, and `openib_last_error` then names why.
 ///
@@ -226,25 +295,7 @@ pub unsafe extern "C" fn openib_poll_completion(
             return Ok(0);
         };
         drop(l);
-        let v = match c {
-            Completion::Done { peer, token } => openib_completion_t {
-                peer,
-                token,
-                status: OPENIB_OK,
-            },
-            Completion::Failed {
-                peer, token, error, ..
-            } => {
-                set_last_error(format!(
-                    "openib_poll_completion: operation {token} to rank {peer} failed: {error}"
-                ));
-                openib_completion_t {
-                    peer,
-                    token,
-                    status: OPENIB_ERR_ENDPOINT_FAILED,
-                }
-            }
-        };
+        let v = completion_out("openib_poll_completion", c);
         // SAFETY: as above.
         unsafe { put_out(out, v, "out") }?;
         Ok(1)

@@ -36,6 +36,13 @@ fn null_pointers_are_invalid_with_a_message() {
             openib_poll_completion(null_mut(), &mut c),
             OPENIB_ERR_INVALID
         );
+        let mut taken = 7usize;
+        assert_eq!(
+            openib_progress_poll(null_mut(), &mut c, 1, &mut taken),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(taken, 0, "nothing taken on a failure");
+        assert_eq!(last(), "openib_progress_poll: t is NULL");
         assert_eq!(
             openib_set_handler(null_mut(), 1, None, null_mut()),
             OPENIB_ERR_INVALID

@@ -120,12 +120,12 @@ typedef struct mca_btl_oib_module_t {
      * lock, then send_lock, then rdma_lock. */
     pthread_mutex_t send_lock;
     mca_btl_oib_frag_t *sends_head, *sends_tail;
+    /* ready_head (and rdma's done_head) are written with atomic stores: progress peeks at
+     * them without the lock. */
     mca_btl_oib_frag_t *ready_head, *ready_tail;
     /* Set by finalize before it closes the transport: the close's flush may still receive,
      * but ob1 (whose callbacks may already be unloaded) is no longer told. */
     volatile bool closing;
-    /* One thread at a time takes completions (trylock: the others go on). */
-    pthread_mutex_t progress_lock;
     /* Endpoints by rank, made by add_procs. */
     mca_btl_base_endpoint_t **endpoints;
     mca_btl_base_module_error_cb_fn_t error_cb;

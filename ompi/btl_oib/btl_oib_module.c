@@ -253,7 +253,7 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
         /* progress polled its completion already: finished by the next progress call */
         frag->next = NULL;
         if (NULL == m->ready_tail) {
-            m->ready_head = frag;
+            __atomic_store_n(&m->ready_head, frag, __ATOMIC_RELEASE); /* progress peeks */
         } else {
             m->ready_tail->next = frag;
         }
@@ -350,7 +350,6 @@ static int oib_finalize(struct mca_btl_base_module_t *btl)
     free(m->endpoints);
     OBJ_DESTRUCT(&m->frags);
     pthread_mutex_destroy(&m->send_lock);
-    pthread_mutex_destroy(&m->progress_lock);
     free(m);
     return OPAL_SUCCESS;
 }
@@ -413,7 +412,7 @@ static int ready_deliver(mca_btl_oib_module_t *m)
         pthread_mutex_lock(&m->send_lock);
         mca_btl_oib_frag_t *frag = m->ready_head;
         if (NULL != frag) {
-            m->ready_head = frag->next;
+            __atomic_store_n(&m->ready_head, frag->next, __ATOMIC_RELEASE);
             if (NULL == m->ready_head) {
                 m->ready_tail = NULL;
             }
@@ -428,35 +427,43 @@ static int ready_deliver(mca_btl_oib_module_t *m)
     }
 }
 
+/* How many completions one progress call takes at most (the rest wait for the next). */
+#define OIB_POLL_BATCH 16
+
 int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
 {
+    /* One transport call (one lock) for progress and completions: opal_progress calls this in
+     * every round of every wait, so the idle round stays short. */
+    openib_completion_t cs[OIB_POLL_BATCH];
+    size_t taken = 0;
     int count = 0;
-    int rc = openib_progress(m->t);
+    int rc = openib_progress_poll(m->t, cs, OIB_POLL_BATCH, &taken);
     if (rc > 0) {
         count += rc;
     }
-    if (0 != pthread_mutex_trylock(&m->progress_lock)) {
-        return count; /* another thread takes the completions */
-    }
-    openib_completion_t c;
-    while (1 == openib_poll_completion(m->t, &c)) {
+    for (size_t i = 0; i < taken; i++) {
+        const openib_completion_t *c = &cs[i];
         /* A send's, or else an RDMA piece's; one not recorded yet by its poster is kept as an
          * early completion (btl_oib_rdma.c), which the poster claims. Under send_lock, so
          * that oib_send cannot list its descriptor between the two lookups. */
         pthread_mutex_lock(&m->send_lock);
-        mca_btl_oib_frag_t *frag = sends_take(m, c.token);
+        mca_btl_oib_frag_t *frag = sends_take(m, c->token);
         if (NULL == frag) {
-            count += mca_btl_oib_rdma_completion(m, &c);
+            count += mca_btl_oib_rdma_completion(m, c);
             pthread_mutex_unlock(&m->send_lock);
             continue;
         }
         pthread_mutex_unlock(&m->send_lock);
-        send_done(m, frag, c.peer, c.status);
+        send_done(m, frag, c->peer, c->status);
         count++;
     }
-    count += ready_deliver(m);
-    count += mca_btl_oib_rdma_deliver(m);
-    pthread_mutex_unlock(&m->progress_lock);
+    /* Unlocked peeks: a descriptor listed meanwhile is finished by the next call. */
+    if (NULL != __atomic_load_n(&m->ready_head, __ATOMIC_ACQUIRE)) {
+        count += ready_deliver(m);
+    }
+    if (NULL != __atomic_load_n(&m->done_head, __ATOMIC_ACQUIRE)) {
+        count += mca_btl_oib_rdma_deliver(m);
+    }
     return count;
 }
 
@@ -512,7 +519,6 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
     m->size = (uint32_t) size;
     m->endpoints = eps;
     pthread_mutex_init(&m->send_lock, NULL);
-    pthread_mutex_init(&m->progress_lock, NULL);
     OBJ_CONSTRUCT(&m->frags, opal_free_list_t);
     int rc = opal_free_list_init(&m->frags, sizeof(mca_btl_oib_frag_t), opal_cache_line_size,
                                  OBJ_CLASS(mca_btl_oib_frag_t), m->super.btl_max_send_size,

@@ -79,7 +79,7 @@ static void done_push(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op)
 {
     op->next = NULL;
     if (NULL == m->done_tail) {
-        m->done_head = op;
+        __atomic_store_n(&m->done_head, op, __ATOMIC_RELEASE); /* progress peeks */
     } else {
         m->done_tail->next = op;
     }
@@ -198,7 +198,7 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
         pthread_mutex_lock(&m->rdma_lock);
         mca_btl_oib_rdma_t *op = m->done_head;
         if (NULL != op) {
-            m->done_head = op->next;
+            __atomic_store_n(&m->done_head, op->next, __ATOMIC_RELEASE);
             if (NULL == m->done_head) {
                 m->done_tail = NULL;
             }

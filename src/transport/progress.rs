@@ -191,6 +191,11 @@ impl Transport {
         self.done.drain(..)
     }
 
+    /// Whether completions wait to be taken (a poll loop skips the taking when none do).
+    pub fn has_completions(&self) -> bool {
+        !self.done.is_empty()
+    }
+
     /// Gives back completions taken by [`Transport::take_completions`] that belong to someone
     /// else (for callers that share the transport between threads).
     pub fn requeue_completions(&mut self, mut c: Vec<Completion>) {

@@ -23,7 +23,8 @@
  *   7. checks calls from inside a receive callback: the callback of the peer's message
  *      ECHO_I of stream 0 sends it back (tag 9, checked byte by byte by the peer), while
  *      openib_flush and openib_poll_completion there are refused (OPENIB_ERR_REENTRANT) and
- *      openib_progress returns 0; then that every operation's token completed exactly once
+ *      openib_progress returns 0 (openib_progress_poll too, taking nothing); then that every
+ *      operation's token completed exactly once
  *      with status 0, exchanges verdicts and flushes;
  *   8. removes the peer with openib_del_procs while a get to it is in flight (the get then
  *      completes with OPENIB_ERR_ENDPOINT_FAILED, later sends give OPENIB_ERR_BAD_PEER), and
@@ -159,7 +160,9 @@ struct state {
     int notes;
     int peer_done, peer_verdict;
     /* calls made from inside the callback of the peer's message ECHO_I of stream 0 */
-    int echo_rc, flush_rc, poll_rc, progress_rc, reentrant_tried;
+    int echo_rc, flush_rc, poll_rc, progress_rc, progress_poll_rc, reentrant_tried;
+    size_t progress_poll_taken;
+    unsigned pumps; /* pump calls: every other one uses openib_progress_poll */
     int echo_seen; /* our own message ECHO_I came back */
     int senders_done;
     int errors;
@@ -254,6 +257,8 @@ static void on_message(void *ctx, uint32_t src, uint8_t tag, const void *data, s
             st->flush_rc = openib_flush(st->t, 0);
             st->poll_rc = openib_poll_completion(st->t, &c);
             st->progress_rc = openib_progress(st->t);
+            st->progress_poll_taken = 99;
+            st->progress_poll_rc = openib_progress_poll(st->t, &c, 1, &st->progress_poll_taken);
         }
         check_message(st, &st->rx[s], tag, i, st->per_stream, want, msg_seed(src, s, i), b, len);
     } else if (tag == TAG_L) {
@@ -297,25 +302,48 @@ static double now(void) {
     return (double)ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
-/* One round of progress, then every completion into st->completed. */
+static void record_completion(struct state *st, const openib_completion_t *c) {
+    pthread_mutex_lock(&st->mu);
+    if (c->status != OPENIB_OK)
+        fail_locked(st, "operation %llu to rank %u failed: %d (%s): %s",
+                    (unsigned long long)c->token, c->peer, c->status, openib_strerror(c->status),
+                    openib_last_error());
+    else if (c->peer != st->peer)
+        fail_locked(st, "completion names rank %u", c->peer);
+    push(&st->completed, &st->n_completed, &st->cap_completed, c->token);
+    pthread_mutex_unlock(&st->mu);
+}
+
+/* One round of progress, then every completion into st->completed: with openib_progress and
+ * openib_poll_completion, or (every other round, so both paths are checked by the "every token
+ * exactly once" step) with openib_progress_poll, a batch of at most 3 per round. */
 static int pump(struct state *st) {
     openib_completion_t c;
-    int rc = openib_progress(st->t);
+    int rc;
+    if (__atomic_fetch_add(&st->pumps, 1, __ATOMIC_RELAXED) % 2 == 1) {
+        openib_completion_t cs[3];
+        size_t taken = 99;
+        rc = openib_progress_poll(st->t, cs, 3, &taken);
+        if (rc < 0) {
+            FAIL(st, "openib_progress_poll: %d (%s): %s", rc, openib_strerror(rc),
+                 openib_last_error());
+            return -1;
+        }
+        if (taken > 3) {
+            FAIL(st, "openib_progress_poll took %zu completions into 3 places", taken);
+            return -1;
+        }
+        for (size_t i = 0; i < taken; i++)
+            record_completion(st, &cs[i]);
+        return 0;
+    }
+    rc = openib_progress(st->t);
     if (rc < 0) {
         FAIL(st, "openib_progress: %d (%s): %s", rc, openib_strerror(rc), openib_last_error());
         return -1;
     }
-    while ((rc = openib_poll_completion(st->t, &c)) == 1) {
-        pthread_mutex_lock(&st->mu);
-        if (c.status != OPENIB_OK)
-            fail_locked(st, "operation %llu to rank %u failed: %d (%s): %s",
-                        (unsigned long long)c.token, c.peer, c.status, openib_strerror(c.status),
-                        openib_last_error());
-        else if (c.peer != st->peer)
-            fail_locked(st, "completion names rank %u", c.peer);
-        push(&st->completed, &st->n_completed, &st->cap_completed, c.token);
-        pthread_mutex_unlock(&st->mu);
-    }
+    while ((rc = openib_poll_completion(st->t, &c)) == 1)
+        record_completion(st, &c);
     if (rc < 0) {
         FAIL(st, "openib_poll_completion: %d: %s", rc, openib_last_error());
         return -1;
@@ -762,6 +790,9 @@ int main(int argc, char **argv) {
              st.poll_rc);
     else if (st.progress_rc != 0)
         FAIL(&st, "openib_progress from a callback returned %d, not 0", st.progress_rc);
+    else if (st.progress_poll_rc != 0 || st.progress_poll_taken != 0)
+        FAIL(&st, "openib_progress_poll from a callback returned %d and took %zu, not 0 and 0",
+             st.progress_poll_rc, st.progress_poll_taken);
     else if (st.echo_seen != 1)
         FAIL(&st, "our message came back %d times from the peer's callback", st.echo_seen);
 

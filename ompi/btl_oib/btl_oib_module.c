@@ -265,6 +265,9 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     return OPAL_SUCCESS;
 }
 
+/* Immediate sends up to this size (header + payload) are packed on the stack. */
+#define OIB_SENDI_STACK 1024
+
 /* An immediate send of header + packed payload when the transport can post it now. Otherwise
  * OPAL_ERR_OUT_OF_RESOURCE with, when ob1 asks for one, a descriptor of that size: ob1 packs
  * into it and sends it with btl_send (which queues until the connection is up). Without that
@@ -283,11 +286,18 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
         *descriptor = NULL;
     }
     if (0 != tag && total <= m->super.btl_eager_limit) {
-        mca_btl_oib_frag_t *scratch = frag_get(m, ep, total, 0);
-        if (NULL == scratch) {
-            return OPAL_ERR_OUT_OF_RESOURCE;
+        /* Small ones are packed on the stack (the transport copies them out before it
+         * returns); larger ones into a descriptor of the free list. */
+        unsigned char small[OIB_SENDI_STACK];
+        mca_btl_oib_frag_t *scratch = NULL;
+        unsigned char *buf = small;
+        if (total > sizeof small) {
+            scratch = frag_get(m, ep, total, 0);
+            if (NULL == scratch) {
+                return OPAL_ERR_OUT_OF_RESOURCE;
+            }
+            buf = scratch->segment.seg_addr.pval;
         }
-        unsigned char *buf = scratch->segment.seg_addr.pval;
         memcpy(buf, header, header_size);
         if (payload_size > 0) {
             struct iovec iov = {.iov_base = buf + header_size, .iov_len = payload_size};
@@ -295,12 +305,16 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
             size_t packed = payload_size;
             if (opal_convertor_pack(convertor, &iov, &count, &packed) < 0
                 || packed != payload_size) {
-                opal_free_list_return(&m->frags, &scratch->base.super);
+                if (NULL != scratch) {
+                    opal_free_list_return(&m->frags, &scratch->base.super);
+                }
                 return OPAL_ERROR;
             }
         }
         rc = openib_sendi(m->t, ep->rank, tag, buf, total);
-        opal_free_list_return(&m->frags, &scratch->base.super);
+        if (NULL != scratch) {
+            opal_free_list_return(&m->frags, &scratch->base.super);
+        }
         if (OPENIB_OK == rc) {
             return OPAL_SUCCESS;
         }

@@ -352,6 +352,14 @@ int openib_connect_all(openib_t *t, uint32_t timeout_ms);
  * process's own rank and ranks removed before are ignored. */
 int openib_del_procs(openib_t *t, const uint32_t *peers, size_t n);
 
+/* Makes ranks removed by openib_del_procs peers again (an MPI layer adding back a process it
+ * removed): each gets a fresh endpoint, connected on first use (on a handle of
+ * openib_open_runtime its modex is read again through the host's get). Both processes must
+ * have removed each other first (a peer still connected to the old endpoint drops the new
+ * connection). Ranks not removed and this process's own rank are ignored; a rank outside the
+ * job gives OPENIB_ERR_BAD_PEER and adds nothing. */
+int openib_add_procs(openib_t *t, const uint32_t *peers, size_t n);
+
 /* --- errors ------------------------------------------------------------------------------- */
 
 /* The message of the last failed call on this thread, naming the function and the reason

@@ -285,6 +285,25 @@ pub unsafe extern "C" fn openib_connect_all(t: *mut openib_t, timeout_ms: u32) -
     })
 }
 
+/// Makes ranks removed by [`openib_del_procs`] peers again ([`Transport::add_procs`]): a
+/// fresh endpoint each, connected on first use. A rank outside the job is
+/// [`OPENIB_ERR_BAD_PEER`] (nothing added); ranks not removed and the own rank are ignored.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `peers` is readable for `n` ranks (NULL when `n` is 0 is
+/// allowed).
+#[no_mangle]
+pub unsafe extern "C" fn openib_add_procs(t: *mut openib_t, peers: *const u32, n: usize) -> c_int {
+    call("openib_add_procs", || {
+        // SAFETY: the caller's contract on `t` and `peers`.
+        let (h, peers) = unsafe { (handle(t)?, ranks(peers, n)?) };
+        let mut l = h.lock()?;
+        l.t().add_procs(peers)?;
+        l.gather();
+        Ok(OPENIB_OK)
+    })
+}
+
 /// Removes the endpoints of `peers[0..n]` ([`Transport::del_procs`]): their queued and
 /// in-flight operations complete with [`OPENIB_ERR_ENDPOINT_FAILED`], their connections are
 /// released, and later operations to them give [`OPENIB_ERR_BAD_PEER`]. A rank outside the job

@@ -332,7 +332,7 @@ int openib_progress(openib_t *t);
 /* openib_progress, then up to `max` completions taken as by openib_poll_completion, oldest
  * first, into out[0 .. *taken_out - 1]; one call and one lock for a poll loop. Returns the
  * progress count (>= 0) or a negative error (nothing taken). A failed completion has a negative
- * status and sets openib_last_error (for several, the last one's). `out` may be NULL only with
+ * status, sets openib_last_error and ends the batch (it is the last one taken). `out` may be NULL only with
  * `max` 0; `taken_out` may be NULL. Inside a receive callback of the handle: 0, none taken. */
 int openib_progress_poll(openib_t *t, openib_completion_t *out, size_t max, size_t *taken_out);
 
@@ -358,6 +358,14 @@ int openib_connect_all(openib_t *t, uint32_t timeout_ms);
  * rank themselves). A rank outside the job gives OPENIB_ERR_BAD_PEER and removes nothing; this
  * process's own rank and ranks removed before are ignored. */
 int openib_del_procs(openib_t *t, const uint32_t *peers, size_t n);
+
+/* Makes ranks removed by openib_del_procs peers again (an MPI layer adding back a process it
+ * removed): each gets a fresh endpoint, connected on first use (on a handle of
+ * openib_open_runtime its modex is read again through the host's get). Both processes must
+ * have removed each other first (a peer still connected to the old endpoint drops the new
+ * connection). Ranks not removed and this process's own rank are ignored; a rank outside the
+ * job gives OPENIB_ERR_BAD_PEER and adds nothing. */
+int openib_add_procs(openib_t *t, const uint32_t *peers, size_t n);
 
 /* --- errors ------------------------------------------------------------------------------- */
 

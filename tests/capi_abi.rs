@@ -12,6 +12,7 @@ use std::process::Command;
 /// The whole API: a function added to or removed from both the header and the library (so
 /// the agreement check below still passes) must be added here too, on purpose.
 const API: &[&str] = &[
+    "openib_add_procs",
     "openib_close",
     "openib_compare_swap",
     "openib_compare_swap_addr",

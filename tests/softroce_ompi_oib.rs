@@ -174,6 +174,11 @@ fn mpirun_self_oib_large_messages_take_the_rdma_path() {
 /// tests/c/ompi_btl_rdma.c compiled with mpicc against Open MPI's internal headers (it calls
 /// the oib module through the BML, below ob1), linked with libopen-pal for opal_progress.
 fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
+    btl_program("ompi_btl_rdma")
+}
+
+/// A program of tests/c/ that calls the oib module below ob1 (as `btl_rdma_program`).
+fn btl_program(name: &str) -> Result<std::path::PathBuf, prereq::Unmet> {
     use prereq::Unmet;
     use std::process::Command;
     ompi::have_ompi_dev()?;
@@ -195,7 +200,70 @@ fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
     flags.extend(dirs("incdirs", "-I")?);
     let mut libs = dirs("libdirs", "-L")?;
     libs.push("-lopen-pal".to_string());
-    ompi::mpicc_linked("ompi_btl_rdma", &flags, &libs)
+    ompi::mpicc_linked(name, &flags, &libs)
+}
+
+/// del_procs and add_procs of the module called directly (tests/c/ompi_btl_del.c, 2 ranks):
+/// rank 0's put in flight when its del_procs removes rank 1 completes successfully before
+/// del_procs returns (rank 1 checks every byte, then removes rank 0); the removed endpoint
+/// refuses a put at once (OPAL_ERR_UNREACH, no callback, no
+/// error callback); after a fence add_procs of the same proc gives the same endpoint back and
+/// a put through it lands (every byte checked); ob1 then exchanges 1 MiB over it and
+/// MPI_Finalize removes every proc. Before, del_procs kept every endpoint (the put on the
+/// "removed" endpoint went through).
+#[test]
+fn del_procs_removes_the_endpoint_and_add_procs_brings_it_back() {
+    if harness::skip_guest("softroce_ompi_oib btl del") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(btl_program("ompi_btl_del")) else {
+        return;
+    };
+    let dir = so.parent().expect("dir").display().to_string();
+    let script = format!(
+        "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
+         echo '=== btl-del'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,oib --mca btl_base_verbose 10 {exe} 2>&1; echo \"exit $?\"\n\
+         echo '=== end'\n",
+        exe = exe.display()
+    );
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    let text = harness::section(&out, "btl-del").unwrap_or_else(|| panic!("no section: {out}"));
+    assert!(text.contains("exit 0"), "mpirun failed:\n{text}");
+    for r in 0..2 {
+        let first = if r == 0 {
+            "del_procs finished the put in flight"
+        } else {
+            "rank 0's put landed before del_procs"
+        };
+        for step in [
+            first,
+            "the removed endpoint refuses a put",
+            "add_procs gave the endpoint back",
+        ] {
+            assert!(
+                text.contains(&format!("ompi_btl_del: rank {r}: {step}")),
+                "rank {r}: no '{step}':\n{text}"
+            );
+        }
+        assert!(
+            text.contains(&format!("ompi_btl_del: rank {r} ok")),
+            "rank {r}:\n{text}"
+        );
+        let peer = 1 - r;
+        assert!(
+            text.contains(&format!("btl: oib: rank {peer} removed"))
+                && text.contains(&format!("btl: oib: rank {peer} added again")),
+            "rank {r}: no verbose lines of the removal and the re-add:\n{text}"
+        );
+    }
+    assert!(
+        !text.contains("error callback"),
+        "an error callback ran:\n{text}"
+    );
 }
 
 /// The module's one-sided entry points called directly through the BML, as Open MPI's
@@ -529,7 +597,11 @@ fn matrix_thread_multiple_4_threads_per_rank_with_2_and_4_ranks() {
 
 /// A rank calls MPI_Abort(MPI_COMM_WORLD, 7) while the others wait in a receive: mpirun ends
 /// the job with status 7 before its timeout. A rank kills itself (SIGKILL) in the middle of a
-/// rendezvous send: the job ends, non-zero, before the timeout (124 would be a hang).
+/// rendezvous send: the job ends, non-zero, before the timeout (124 would be a hang). With
+/// `orte_abort_on_non_zero_status 0` (mpirun leaves the job running when a rank dies) rank 0
+/// keeps sending to the dead rank: oib prints one line for that endpoint, naming the rank and
+/// the transport's reason, at the default verbosity, and its error callback makes ob1 end the
+/// job (before main, a failed send called the callback without that line).
 #[test]
 fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
     let Some((so, exe)) = matrix_prereqs("softroce_ompi_oib") else {
@@ -540,6 +612,16 @@ fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
     script.push_str(&job("abort-np4", &mpirun(4, 300), &exe, "abort"));
     script.push_str(&job("kill-np2", &mpirun(2, 300), &exe, "kill"));
     script.push_str(&job("kill-np4", &mpirun(4, 300), &exe, "kill"));
+    // mpirun does not end the job when a rank dies (orte_abort_on_non_zero_status 0): rank 0's
+    // sends to the dead rank fail, oib reports that endpoint once through the error callback
+    // (ob1 aborts), at the default verbosity.
+    for (name, n) in [("killsend-np2", 2), ("killsend-np4", 4)] {
+        let launcher = format!(
+            "OMPI_MCA_btl_base_verbose=0 {} --mca orte_abort_on_non_zero_status 0",
+            mpirun(n, 300)
+        );
+        script.push_str(&job(name, &launcher, &exe, "killsend"));
+    }
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "1500"], &["sh", "-c", &script]);
     for (name, n) in [("abort-np2", 2), ("abort-np4", 4)] {
@@ -573,6 +655,37 @@ fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
             "{name}: exit {status} (0: the job did not fail; 124: it hung):\n{text}"
         );
         ompi::assert_over_oib(name, &text, n);
+    }
+    for (name, n) in [("killsend-np2", 2), ("killsend-np4", 4)] {
+        let text = job_text(&out, name);
+        assert!(
+            text.contains("ompi_matrix: kill: rank 0 received the victim's first messages"),
+            "{name}: the exchange did not reach the kill:\n{text}"
+        );
+        assert!(!text.contains("ompi_matrix: FAIL"), "{name}:\n{text}");
+        let status = exit_status(name, &text);
+        assert!(
+            status != 0 && status != 124,
+            "{name}: exit {status} (0: the job did not fail; 124: it hung):\n{text}"
+        );
+        // One line per failed endpoint, naming the dead rank and the transport's reason, from
+        // the survivor (the only rank that talks to it), at the default verbosity.
+        let dead = n - 1;
+        let lines: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains(&format!("btl: oib: endpoint to rank {dead} (")))
+            .collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "{name}: not one error line for the endpoint of rank {dead}:\n{text}"
+        );
+        let reason = lines[0].split_once(") failed: ").map(|(_, r)| r.trim());
+        assert!(
+            reason.is_some_and(|r| r.len() > 10),
+            "{name}: the line does not give the transport's reason: {}",
+            lines[0]
+        );
     }
 }
 

@@ -206,7 +206,8 @@ pub unsafe extern "C" fn openib_progress(t: *mut openib_t) -> c_int {
 
 /// Progress and completions in one call (one lock instead of two for a poll loop): makes
 /// progress as [`openib_progress`], then takes up to `max` completions, oldest first, into
-/// `out[0..*taken_out]` as [`openib_poll_completion`] would. Returns the progress count (>= 0)
+/// `out[0..*taken_out]` as [`openib_poll_completion`] would; a failed one ends the batch, so
+/// that `openib_last_error` names its reason. Returns the progress count (>= 0)
 /// or a negative error (then nothing was taken). Inside a receive callback of the handle it
 /// returns 0 and takes nothing (the running progress call holds the completions).
 ///
@@ -242,6 +243,9 @@ pub unsafe extern "C" fn openib_progress_poll(
             // `taken < max`.
             unsafe { out.add(taken).write(v) };
             taken += 1;
+            if v.status != OPENIB_OK {
+                break; // the last one taken: openib_last_error is its reason
+            }
         }
         drop(l);
         // SAFETY: as above.
@@ -331,6 +335,25 @@ pub unsafe extern "C" fn openib_connect_all(t: *mut openib_t, timeout_ms: u32) -
         let mut l = unsafe { handle(t) }?.lock()?;
         l.t()
             .connect_all(Duration::from_millis(timeout_ms.into()))?;
+        l.gather();
+        Ok(OPENIB_OK)
+    })
+}
+
+/// Makes ranks removed by [`openib_del_procs`] peers again ([`Transport::add_procs`]): a
+/// fresh endpoint each, connected on first use. A rank outside the job is
+/// [`OPENIB_ERR_BAD_PEER`] (nothing added); ranks not removed and the own rank are ignored.
+///
+/// # Safety
+/// `t` is NULL or a live handle; `peers` is readable for `n` ranks (NULL when `n` is 0 is
+/// allowed).
+#[no_mangle]
+pub unsafe extern "C" fn openib_add_procs(t: *mut openib_t, peers: *const u32, n: usize) -> c_int {
+    call("openib_add_procs", || {
+        // SAFETY: the caller's contract on `t` and `peers`.
+        let (h, peers) = unsafe { (handle(t)?, ranks(peers, n)?) };
+        let mut l = h.lock()?;
+        l.t().add_procs(peers)?;
         l.gather();
         Ok(OPENIB_OK)
     })

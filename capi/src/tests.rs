@@ -92,6 +92,8 @@ fn null_pointers_are_invalid_with_a_message() {
         assert_eq!(last(), "openib_compare_swap: t is NULL");
         assert_eq!(openib_del_procs(null_mut(), null(), 0), OPENIB_ERR_INVALID);
         assert_eq!(last(), "openib_del_procs: t is NULL");
+        assert_eq!(openib_add_procs(null_mut(), null(), 0), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_add_procs: t is NULL");
         assert_eq!(openib_close(null_mut()), OPENIB_OK);
         assert_eq!(openib_mem_free(null_mut()), OPENIB_OK);
     }

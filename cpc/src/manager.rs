@@ -100,6 +100,13 @@ impl<T: HelloTransport> Connector<T> {
         self.peers.insert(peer, addr);
     }
 
+    /// Forgets every handshake with `peer` (its endpoint was removed): a later
+    /// [`Connector::connect`] or hello from it starts a fresh one. Without this the finished
+    /// handshake stays, and a second connection to the same peer never starts.
+    pub fn forget(&mut self, peer: u32) {
+        self.pending.retain(|&(p, _), _| p != peer);
+    }
+
     /// Starts connecting to `peer` for port pair `pair` (no-op if already under way).
     pub fn connect(&mut self, peer: u32, pair: u8, now: Instant) {
         if !self.peers.contains_key(&peer) {

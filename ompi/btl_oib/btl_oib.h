@@ -57,6 +57,16 @@ extern mca_btl_base_module_t mca_btl_oib_module_defaults;
 struct mca_btl_base_endpoint_t {
     opal_proc_t *proc;
     uint32_t rank;
+    /* Set once its failure was reported (mca_btl_oib_endpoint_failed): one error callback
+     * per failed endpoint. */
+    int failed;
+    /* The text handed to the error callback (the PML may keep it until it aborts; ob1
+     * prints it when it aborts). */
+    char failure[160];
+    /* Removed by del_procs: the transport's endpoint is gone and failures are not reported;
+     * the structure stays (late completions name it) until add_procs revives it or finalize
+     * frees it. */
+    int removed;
 };
 typedef struct mca_btl_base_endpoint_t mca_btl_base_endpoint_t;
 
@@ -167,6 +177,13 @@ void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m);
 int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c);
 /* Runs the callbacks of finished operations; returns how many. */
 int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m);
+/* The endpoint of `rank` failed (the transport's `status`, `why` its reason: a completion's
+ * openib_last_error()): the first time for that endpoint, one line at the default verbosity
+ * naming the peer and the reason, then the registered error callback with that endpoint's
+ * proc. Later failures of the same endpoint, failures during finalize and ranks without an
+ * endpoint are not reported. Call it without send_lock and rdma_lock. */
+void mca_btl_oib_endpoint_failed(mca_btl_oib_module_t *m, uint32_t rank, int status,
+                                 const char *why);
 /* The transport's error code (openib.h) as an OPAL code. */
 int mca_btl_oib_opal_code(int rc);
 /* Takes the early completion of `token` (one progress polled before its poster recorded the

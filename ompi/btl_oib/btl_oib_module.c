@@ -7,7 +7,7 @@
  * returns OPAL_SUCCESS and the descriptor's callback runs from progress when the transport
  * reports the send's completion (its token), with the transport's status.
  *
- * Completions: openib_poll_completion's are matched to a send descriptor or an RDMA piece by
+ * Completions: openib_progress_poll's are matched to a send descriptor or an RDMA piece by
  * token; no lock is held across a transport call, so one polled before its poster recorded
  * the token is kept as early and claimed by the poster (oib_send, btl_oib_rdma.c).
  *
@@ -20,6 +20,7 @@
  */
 #include "opal_config.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -73,6 +74,37 @@ int mca_btl_oib_opal_code(int rc)
     }
 }
 
+void mca_btl_oib_endpoint_failed(mca_btl_oib_module_t *m, uint32_t rank, int status,
+                                 const char *why)
+{
+    if (m->closing || rank >= m->size || OPENIB_ERR_ENDPOINT_FAILED != status) {
+        return;
+    }
+    mca_btl_base_endpoint_t *ep = m->endpoints[rank];
+    if (NULL == ep || __atomic_load_n(&ep->removed, __ATOMIC_ACQUIRE)
+        || 0 != __atomic_exchange_n(&ep->failed, 1, __ATOMIC_ACQ_REL)) {
+        return;
+    }
+    const char *host = NULL != ep->proc && NULL != ep->proc->proc_hostname
+                           ? ep->proc->proc_hostname : "?";
+    if (NULL == why || '\0' == why[0]) {
+        why = openib_strerror(status);
+    }
+    opal_output(0, "btl: oib: endpoint to rank %u (%s) failed: %s", rank, host, why);
+    /* For the error callback: ob1 prints it as ompi_rte_abort's format (no '%' in it), after
+     * the line above. */
+    snprintf(ep->failure, sizeof ep->failure, "the oib BTL lost its endpoint to rank %u (%s)",
+             rank, host);
+    for (char *c = ep->failure; '\0' != *c; c++) {
+        if ('%' == *c) {
+            *c = ' ';
+        }
+    }
+    if (NULL != m->error_cb) {
+        m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, ep->proc, ep->failure);
+    }
+}
+
 static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                          struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers,
                          opal_bitmap_t *reachable)
@@ -85,6 +117,14 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         uint32_t rank = p->proc_name.vpid;
         /* Another job, ourselves (the self BTL's), or beyond our job: not reachable here. */
         if (p->proc_name.jobid != me.jobid || rank == m->rank || rank >= m->size) {
+            continue;
+        }
+        /* A rank del_procs removed is a peer of the transport again first. */
+        if (NULL != m->endpoints[rank] && __atomic_load_n(&m->endpoints[rank]->removed,
+                                                          __ATOMIC_ACQUIRE)
+            && OPENIB_OK != openib_add_procs(m->t, &rank, 1)) {
+            opal_output_verbose(10, OIB_OUT, "btl: oib: rank %u not added again: %s", rank,
+                                openib_last_error());
             continue;
         }
         /* Reads the peer's modex the first time: a peer that published none (no usable port)
@@ -103,6 +143,14 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
             ep->proc = p;
             ep->rank = rank;
             m->endpoints[rank] = ep;
+        } else if (__atomic_load_n(&ep->removed, __ATOMIC_ACQUIRE)) {
+            /* Removed by del_procs: the same structure again (the upper layer may still hold
+             * it), on a fresh transport endpoint. */
+            ep->proc = p;
+            ep->failure[0] = '\0';
+            __atomic_store_n(&ep->failed, 0, __ATOMIC_RELEASE);
+            __atomic_store_n(&ep->removed, 0, __ATOMIC_RELEASE);
+            opal_output_verbose(10, OIB_OUT, "btl: oib: rank %u added again", rank);
         }
         peers[i] = ep;
         if (NULL != reachable) {
@@ -113,12 +161,60 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     return OPAL_SUCCESS;
 }
 
-/* The endpoints stay (and their connections) until finalize: ob1 removes every proc at
- * MPI_Finalize, when messages may still be in flight. */
+/* Removes the endpoints of `peers` (ob1 calls it at MPI_Finalize, after its fence, for every
+ * proc; the BML when it cannot use an endpoint add_procs gave). ob1 removes every proc at
+ * MPI_Finalize while the last messages and the transport's acknowledgements may still be in
+ * flight, and its send callbacks abort on a failed status: so the transport is flushed first
+ * (up to OIB_DEL_FLUSH_MS; receive callbacks may run) and the completions it produced are
+ * delivered. Then the transport's endpoint goes (openib_del_procs): what was still in flight
+ * to that peer completes with OPAL_ERR_UNREACH (each descriptor's callback runs, descriptors
+ * the BTL owns go back to the free list, RDMA callbacks run), without an error callback. The
+ * structure stays (ob1 and late completions may name it) and add_procs of the same proc
+ * revives it; finalize frees it. */
+#define OIB_DEL_FLUSH_MS 2000
 static int oib_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
                          struct opal_proc_t **procs, struct mca_btl_base_endpoint_t **peers)
 {
-    return OPAL_SUCCESS;
+    mca_btl_oib_module_t *m = module_of(btl);
+    uint32_t *ranks = calloc(nprocs > 0 ? nprocs : 1, sizeof *ranks);
+    if (NULL == ranks) {
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    size_t n = 0;
+    for (size_t i = 0; i < nprocs; i++) {
+        mca_btl_base_endpoint_t *ep = NULL != peers ? peers[i] : NULL;
+        /* Only endpoints of this module, each once. */
+        if (NULL == ep || ep->rank >= m->size || m->endpoints[ep->rank] != ep
+            || __atomic_load_n(&ep->removed, __ATOMIC_ACQUIRE)) {
+            continue;
+        }
+        ranks[n++] = ep->rank;
+    }
+    if (0 == n) {
+        free(ranks);
+        return OPAL_SUCCESS;
+    }
+    int rc = openib_flush(m->t, OIB_DEL_FLUSH_MS);
+    if (OPENIB_OK != rc) {
+        /* In a receive callback (REENTRANT), or a peer that does not answer (TIMEOUT): what
+         * is still in flight to the removed ranks fails below. */
+        opal_output_verbose(10, OIB_OUT, "btl: oib: del_procs: flush: %s", openib_last_error());
+    }
+    (void) mca_btl_oib_module_progress(m);
+    for (size_t i = 0; i < n; i++) {
+        __atomic_store_n(&m->endpoints[ranks[i]]->removed, 1, __ATOMIC_RELEASE);
+    }
+    rc = openib_del_procs(m->t, ranks, n);
+    if (OPENIB_OK != rc) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: del_procs: %s", openib_last_error());
+    }
+    /* The removed ranks' failed operations: their callbacks now. */
+    (void) mca_btl_oib_module_progress(m);
+    for (size_t i = 0; i < n; i++) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: rank %u removed", ranks[i]);
+    }
+    free(ranks);
+    return mca_btl_oib_opal_code(rc);
 }
 
 static mca_btl_oib_frag_t *frag_get(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep,
@@ -245,6 +341,7 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
     if (OPENIB_OK != rc) {
         opal_output_verbose(10, OIB_OUT, "btl: oib: send of %zu bytes to rank %u: %s",
                             frag->segment.seg_len, ep->rank, openib_last_error());
+        mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
         return mca_btl_oib_opal_code(rc);
     }
     pthread_mutex_lock(&m->send_lock);
@@ -319,6 +416,7 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
             return OPAL_SUCCESS;
         }
         if (OPENIB_ERR_BUSY != rc && OPENIB_ERR_TOO_LARGE != rc) {
+            mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
             return mca_btl_oib_opal_code(rc);
         }
     }
@@ -403,10 +501,6 @@ static void send_done(mca_btl_oib_module_t *m, mca_btl_oib_frag_t *frag, uint32_
     if (OPAL_SUCCESS != status) {
         opal_output_verbose(1, OIB_OUT, "btl: oib: send to rank %u failed: %s", peer,
                             openib_strerror(transport_status));
-        if (NULL != m->error_cb && NULL != frag->endpoint) {
-            m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, frag->endpoint->proc,
-                        "oib: send failed");
-        }
     }
     uint32_t flags = frag->base.des_flags;
     if (NULL != frag->base.des_cbfunc) {
@@ -457,6 +551,14 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
     }
     for (size_t i = 0; i < taken; i++) {
         const openib_completion_t *c = &cs[i];
+        if (OPENIB_OK != c->status) {
+            /* The endpoint's failure first (reported once): ob1's send callbacks abort on a
+             * failed status, so after them the report would never come. Its reason is in
+             * openib_last_error() (a failed completion ends the batch: it is the last). */
+            char why[200];
+            snprintf(why, sizeof why, "%s", openib_last_error());
+            mca_btl_oib_endpoint_failed(m, c->peer, c->status, why);
+        }
         /* A send's, or else an RDMA piece's; one not recorded yet by its poster is kept as an
          * early completion (btl_oib_rdma.c), which the poster claims. Under send_lock, so
          * that oib_send cannot list its descriptor between the two lookups. */
@@ -465,11 +567,11 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
         if (NULL == frag) {
             count += mca_btl_oib_rdma_completion(m, c);
             pthread_mutex_unlock(&m->send_lock);
-            continue;
+        } else {
+            pthread_mutex_unlock(&m->send_lock);
+            send_done(m, frag, c->peer, c->status);
+            count++;
         }
-        pthread_mutex_unlock(&m->send_lock);
-        send_done(m, frag, c->peer, c->status);
-        count++;
     }
     /* Unlocked peeks: a descriptor listed meanwhile is finished by the next call. */
     if (NULL != __atomic_load_n(&m->ready_head, __ATOMIC_ACQUIRE)) {

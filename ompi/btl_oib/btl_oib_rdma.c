@@ -214,11 +214,8 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
             op->cbfunc(&m->super, op->endpoint, op->local_address, op->local_handle,
                        op->cbcontext, op->cbdata, mca_btl_oib_opal_code(op->status));
         }
-        if (OPENIB_OK != op->status && NULL != m->error_cb && NULL != op->endpoint
-            && OPENIB_ERR_ENDPOINT_FAILED == op->status) {
-            m->error_cb(&m->super, MCA_BTL_ERROR_FLAGS_FATAL, op->endpoint->proc,
-                        "oib: RDMA operation failed");
-        }
+        /* A failed endpoint was reported when its completion was polled (module progress,
+         * mca_btl_oib_endpoint_failed). */
         free(op);
         count++;
     }
@@ -293,6 +290,7 @@ static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
         if (OPENIB_OK != rc) {
             opal_output_verbose(10, OIB_OUT, "btl: oib: %s of %zu bytes to rank %u: %s", what,
                                 n, ep->rank, openib_last_error());
+            mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
             break;
         }
         piece_posted(m, op, token);
@@ -366,6 +364,7 @@ static int atomic(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep, i
     if (OPENIB_OK != rc) {
         opal_output_verbose(10, OIB_OUT, "btl: oib: atomic to rank %u: %s", ep->rank,
                             openib_last_error());
+        mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
         return op_posted(m, op, 0, rc);
     }
     piece_posted(m, op, token);

@@ -73,6 +73,38 @@ impl Transport {
         }
     }
 
+    /// Makes ranks removed by [`Transport::del_procs`] peers again (an MPI layer adding a
+    /// process it removed): each gets a fresh endpoint, connected on first use; on a host's
+    /// runtime its modex is read again (a rank that published none stays unreachable, as in
+    /// [`Transport::reachable`]). Both sides must have removed each other (a peer still
+    /// connected to the old endpoint keeps that connection and drops the new one). Ranks not
+    /// removed and this process's own rank are ignored; a rank outside the job is
+    /// [`TransportError::BadPeer`] and adds nothing.
+    pub fn add_procs(&mut self, peers: &[u32]) -> Result<(), TransportError> {
+        let size = self.size();
+        if let Some(&peer) = peers.iter().find(|&&p| p >= size) {
+            return Err(TransportError::BadPeer { peer, size });
+        }
+        for &p in peers {
+            if p == self.rank() || self.eps.get(&p).is_some() {
+                continue;
+            }
+            if self.w.on_demand() {
+                if self.w.unforget(p) {
+                    // NoPath leaves it without an endpoint, as a first reachable() would.
+                    if let Err(e) = self.reachable(p) {
+                        tracing::info!(peer = p, error = %e, "re-added peer unreachable");
+                    }
+                }
+            } else if self.w.plans.contains_key(&p) {
+                let ep = self.new_endpoint();
+                self.eps.insert(p, ep);
+            }
+            tracing::debug!(peer = p, "peer added again");
+        }
+        Ok(())
+    }
+
     pub(super) fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
         let (ok, bad) = self.w.poll(now)?;
         if self.w.on_demand() {

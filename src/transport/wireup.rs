@@ -295,13 +295,29 @@ impl Wireup {
         v
     }
 
-    /// On a host's runtime: `peer` was removed (`del_procs`); it is not read again, so a late
-    /// hello from it does not make it an endpoint again.
+    /// `peer` was removed (`del_procs`): its CPC handshakes are forgotten; on a host's runtime
+    /// it is not read again (until [`Wireup::unforget`]), so a late hello from it does not make
+    /// it an endpoint again.
     pub fn forget(&mut self, peer: u32) {
+        // Its finished handshakes go in every mode, so that adding it again reconnects.
+        if let Some(c) = &mut self.services.udcm {
+            c.forget(peer);
+        }
+        if let Some(c) = &mut self.services.oob {
+            c.forget(peer);
+        }
         if let Some(od) = &mut self.on_demand {
             od.removed.insert(peer);
             self.plans.remove(&peer);
         }
+    }
+
+    /// On a host's runtime: `peer`, removed by [`Wireup::forget`], may be read again (its
+    /// modex on the next [`Wireup::resolve`]); true if it had been removed.
+    pub fn unforget(&mut self, peer: u32) -> bool {
+        self.on_demand
+            .as_mut()
+            .is_some_and(|od| od.removed.remove(&peer))
     }
 
     /// Whether peers are read on demand (opened on a host's runtime).

@@ -22,6 +22,12 @@
  *               receive that never matches
  *   kill        the last rank kills itself (SIGKILL) in the middle of a rendezvous send to
  *               rank 0 while the others wait for it
+ *   killsend    the same, but rank 0 (on the same node: it watches the victim's pid in
+ *               /proc) waits until the victim is gone, then sends small messages to it until
+ *               the job ends (run with orte_abort_on_non_zero_status 0, so that the BTL's
+ *               error callback for that endpoint, not mpirun, ends it). Waiting matters: a
+ *               peer that dies while nothing is in flight to it is only noticed when
+ *               something is (no keepalive), and sends that wait for its credits never are.
  *
  * Every received byte is checked (mpi_check.h). Prints "ompi_matrix: SUBTEST rank R of N ok"
  * per subtest passed; a failure prints "ompi_matrix: FAIL ..." and aborts with code 3.
@@ -407,12 +413,20 @@ static void do_abort(void)
     mc_fail("a receive that nothing sends completed");
 }
 
-static void do_kill(void)
+static void do_kill(int send_after)
 {
     enum { EAGER = 3 };
     size_t big = 4u << 20;
     int victim = size - 1;
     MPI_Barrier(MPI_COMM_WORLD);
+    if (send_after && rank == victim) {
+        int pid = (int) getpid();
+        MPI_Send(&pid, 1, MPI_INT, 0, 5, MPI_COMM_WORLD);
+    }
+    int victim_pid = 0;
+    if (send_after && rank == 0) {
+        MPI_Recv(&victim_pid, 1, MPI_INT, victim, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
     if (rank == victim) {
         unsigned char small[100];
         for (int j = 0; j < EAGER; j++) {
@@ -440,6 +454,35 @@ static void do_kill(void)
         }
         printf("ompi_matrix: kill: rank 0 received the victim's first messages\n");
         fflush(stdout);
+        if (send_after) {
+            /* gone (or a zombie: its queue pairs are released at exit) */
+            char path[64];
+            snprintf(path, sizeof path, "/proc/%d/stat", victim_pid);
+            for (int tries = 0;; tries++) {
+                FILE *f = fopen(path, "r");
+                char state = 'X';
+                if (NULL != f) {
+                    if (1 != fscanf(f, "%*d (%*[^)]) %c", &state)) {
+                        state = '?';
+                    }
+                    fclose(f);
+                }
+                if ('Z' == state || 'X' == state) {
+                    break;
+                }
+                if (tries > 60) {
+                    mc_fail("the victim (pid %d) is still alive after 60 s", victim_pid);
+                }
+                sleep(1);
+            }
+            printf("ompi_matrix: kill: rank 0 sends to the dead rank %d\n", victim);
+            fflush(stdout);
+            /* to the dead rank until a send fails and the error callback ends the job */
+            for (long i = 0; i < 100000000L; i++) {
+                MPI_Send(small, (int) sizeof small, MPI_BYTE, victim, 4, MPI_COMM_WORLD);
+            }
+            mc_fail("100000000 sends to the killed rank went through");
+        }
         unsigned char *b = mc_alloc(big);
         MPI_Recv(b, (int) big, MPI_BYTE, victim, 2, MPI_COMM_WORLD, &st);
         /* a whole message from a rank that killed itself before its send completed locally
@@ -504,7 +547,10 @@ int main(int argc, char **argv)
             do_abort();
         } else if (strcmp(a, "kill") == 0) {
             mc_subtest = "kill";
-            do_kill();
+            do_kill(0);
+        } else if (strcmp(a, "killsend") == 0) {
+            mc_subtest = "kill";
+            do_kill(1);
         } else {
             mc_subtest = "args";
             mc_fail("unknown subtest '%s'", a);

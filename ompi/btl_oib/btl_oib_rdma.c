@@ -48,10 +48,11 @@ static inline mca_btl_oib_reg_t *reg_of(struct mca_btl_base_registration_handle_
 }
 
 /* The transport registration of one cache record: [base, base + size) is what grdma asks for
- * (the request's pages, whole), registered for every access whatever the flags ask. Never
- * OPAL_ERR_OUT_OF_RESOURCE: grdma would then evict (deregister another region) holding its
- * VMA lock, while a thread inside the transport may be freeing memory, whose memory hook
- * takes that lock: a lock-order inversion. The request fails instead (ob1 then sends). */
+ * (the request's pages, whole), registered for every access whatever the flags ask. A
+ * refusal is OPAL_ERR_OUT_OF_RESOURCE, as the openib BTL's: grdma then deregisters the least
+ * recently used region nobody uses and tries again, until none is left (pinned memory the
+ * cache keeps must not make a registration fail). openib_mem_free takes no transport lock
+ * (the region's own reference), so grdma may call it under its VMA lock. */
 static int oib_rcache_reg(void *reg_data, void *base, size_t size,
                           mca_rcache_base_registration_t *rreg)
 {
@@ -64,7 +65,7 @@ static int oib_rcache_reg(void *reg_data, void *base, size_t size,
                             openib_last_error());
         (void) openib_mem_free(reg->mem);
         reg->mem = NULL;
-        return OPAL_ERROR;
+        return OPAL_ERR_OUT_OF_RESOURCE;
     }
     __atomic_add_fetch(&m->n_mr, 1, __ATOMIC_RELAXED);
     return OPAL_SUCCESS;

@@ -171,6 +171,136 @@ fn mpirun_self_oib_large_messages_take_the_rdma_path() {
     }
 }
 
+/// The numbers of one rank's registration cache line at finalize (`btl_base_verbose` 5):
+/// "btl: oib: rank R: registration cache C: M regions registered, F released", as (C, M, F).
+fn rcache_counters(text: &str, rank: u32) -> Option<(String, u64, u64)> {
+    let head = format!("btl: oib: rank {rank}: registration cache ");
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
+    let (name, rest) = line.split_once(": ")?;
+    let nums: Vec<u64> = rest
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("digits"))
+        .collect();
+    (nums.len() == 2).then(|| (name.to_string(), nums[0], nums[1]))
+}
+
+/// The registration cache (Open MPI's rcache grdma in the component's register_mem): `ompi_large
+/// reuse` (tests/c/ompi_large.c, 2 ranks; every byte checked) sends 16 KiB, 64 KiB and 1 MiB
+/// from and into the same buffers 32 times, then from and into buffers unmapped after each
+/// message and mapped again (mostly at the same address: other pages, new contents), then
+/// freed and allocated again. A region served from the cache for unmapped memory would move
+/// the old pages' bytes: the check names the first wrong byte.
+/// - cache (default: mpi_leave_pinned auto, which Open MPI sets to 1 when its memory hooks
+///   work), leave-pinned-1: the component says "registration cache grdma" and grdma its
+///   statistics (`rcache_grdma_print_stats`); the same buffers are served from the cache
+///   (fewer than half as many regions registered as ob1 asked for), every remapped buffer got
+///   a region of its own (memory hooks invalidated the old one), and every region was released
+///   at finalize, before the transport closed.
+/// - leave-pinned-0: no cache, as before the cache existed: one region per registration asked
+///   for, each released with its request.
+///
+/// Before the cache (every registration per request) there was no cache line and the default
+/// case registered as many regions as ob1 asked for.
+#[test]
+fn registration_cache_serves_reused_buffers_and_never_unmapped_memory() {
+    if harness::skip_guest("softroce_ompi_oib rcache") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(ompi::large()) else {
+        return;
+    };
+    const KIB: u64 = 1 << 10;
+    let dir = so.parent().expect("dir").display().to_string();
+    let cases: [(&str, &str); 3] = [
+        ("cache", "--mca rcache_grdma_print_stats 1"),
+        ("leave-pinned-1", "--mca mpi_leave_pinned 1"),
+        ("leave-pinned-0", "--mca mpi_leave_pinned 0"),
+    ];
+    let mut script = format!("export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n");
+    for (name, extra) in cases {
+        script.push_str(&format!(
+            "echo '=== {name}'; timeout 400 mpirun --oversubscribe -np 2 --mca pml ob1 \
+             --mca btl self,oib --mca btl_base_verbose 5 {extra} {exe} reuse 2>&1; \
+             echo \"exit $?\"\n",
+            exe = exe.display()
+        ));
+    }
+    script.push_str("echo '=== end'\n");
+    let out = harness::guest_run_ok(&["--timeout", "1200"], &["sh", "-c", &script]);
+    // 32 rounds of the same buffers, 8 remapped, 8 from malloc again; 3 sizes each.
+    let per_round = 16 * KIB + 64 * KIB + 1024 * KIB;
+    let want_checked = (32 + 8 + 8) * per_round;
+    for (name, _) in cases {
+        let text = harness::section(&out, name).unwrap_or_else(|| panic!("no {name}: {out}"));
+        assert!(text.contains("exit 0"), "{name}: mpirun failed:\n{text}");
+        for r in 0..2u32 {
+            let head = format!("ompi_large: rank {r} of 2 ok (");
+            let checked: u64 = text
+                .lines()
+                .find_map(|l| l.split_once(&head).map(|(_, t)| t))
+                .and_then(|t| t.split(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("{name}: rank {r} did not check its messages:\n{text}"));
+            assert_eq!(checked, want_checked, "{name}: rank {r}");
+            // "reuse: X remapped buffers (Y at the same address), ..."
+            let head = format!("ompi_large: rank {r} reuse: ");
+            let nums: Vec<u64> = text
+                .lines()
+                .find_map(|l| l.split_once(&head).map(|(_, t)| t))
+                .unwrap_or_else(|| panic!("{name}: rank {r}: no reuse line:\n{text}"))
+                .split(|c: char| !c.is_ascii_digit())
+                .filter(|s| !s.is_empty())
+                .map(|s| s.parse().expect("digits"))
+                .collect();
+            let (remapped, remapped_same) = (nums[0], nums[1]);
+            assert_eq!(remapped, 2 * 8 * 3, "{name}: rank {r}");
+            assert!(
+                remapped_same > 0,
+                "{name}: rank {r}: no buffer was mapped again at its old address: the \
+                 dangerous case was not exercised:\n{text}"
+            );
+            let (asked, _, _) = rdma_counters(&text, r)
+                .unwrap_or_else(|| panic!("{name}: no RDMA counters of rank {r}:\n{text}"));
+            let (cache, made, released) = rcache_counters(&text, r).unwrap_or_else(|| {
+                panic!("{name}: no registration cache line of rank {r}:\n{text}")
+            });
+            assert_eq!(
+                made, released,
+                "{name}: rank {r}: regions left at finalize:\n{text}"
+            );
+            if name == "leave-pinned-0" {
+                assert_eq!(cache, "none", "{name}: rank {r}:\n{text}");
+                assert!(asked > 0, "{name}: rank {r}: nothing registered:\n{text}");
+                assert_eq!(made, asked, "{name}: rank {r}: one region per registration");
+            } else {
+                assert_eq!(cache, "grdma", "{name}: rank {r}:\n{text}");
+                assert!(
+                    made * 2 < asked,
+                    "{name}: rank {r}: {made} regions for {asked} registrations: not cached"
+                );
+                assert!(
+                    made >= remapped,
+                    "{name}: rank {r}: {made} regions for {remapped} remapped buffers: a \
+                     region of unmapped memory was served again"
+                );
+            }
+        }
+        if name == "cache" {
+            assert!(
+                text.contains("grdma: stats"),
+                "{name}: no grdma statistics:\n{text}"
+            );
+        }
+        eprintln!("{name}: ok");
+    }
+}
+
 /// tests/c/ompi_btl_rdma.c compiled with mpicc against Open MPI's internal headers (it calls
 /// the oib module through the BML, below ob1), linked with libopen-pal for opal_progress.
 fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {

@@ -16,6 +16,7 @@
 #include "opal/class/opal_free_list.h"
 #include "opal/mca/btl/btl.h"
 #include "opal/mca/btl/base/base.h"
+#include "opal/mca/rcache/rcache.h"
 #include "opal/util/proc.h"
 
 #include "openib.h"
@@ -88,9 +89,12 @@ struct mca_btl_base_registration_handle_t {
     openib_remote_t remote;
 };
 
-/* The local side of a registration: the transport's region, then the handle given out (the
- * BTL gets the handle back and finds the region in front of it). */
+/* The local side of a registration: the registration cache's record (first: grdma allocates
+ * these from its free list and keys them by address range), the transport's region, then the
+ * handle given out (the BTL gets the handle back and finds the region in front of it). Without
+ * a cache (btl_oib_rdma.c) it is allocated here and `base.rcache` is NULL. */
 typedef struct mca_btl_oib_reg_t {
+    mca_rcache_base_registration_t base;
     openib_mem_t *mem;
     mca_btl_base_registration_handle_t handle;
 } mca_btl_oib_reg_t;
@@ -152,6 +156,12 @@ typedef struct mca_btl_oib_module_t {
     uint64_t n_reg, n_put, put_bytes, n_get, get_bytes, n_atomic;
     /* btl_oib_connect_at_init ran (in the first add_procs). */
     bool connected_at_init;
+    /* The registration cache (btl_oib_rdma.c; NULL: none, every registration is made and
+     * released per request), the name of its grdma cache, and the transport regions it made
+     * and released (n_mr, n_mr_freed; n_reg counts what the upper layer asked for). */
+    mca_rcache_base_module_t *rcache;
+    char rcache_name[48];
+    uint64_t n_mr, n_mr_freed;
 } mca_btl_oib_module_t;
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
@@ -170,6 +180,9 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m);
  * put, get, atomics, flush; limits and handle size); OPAL_SUCCESS or an error (with a verbose
  * line). */
 int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m);
+/* Releases every registration the cache still keeps (before openib_close: finalize) and the
+ * cache itself; prints its counters (btl_base_verbose 5). Called once, by finalize. */
+void mca_btl_oib_rdma_release(mca_btl_oib_module_t *m);
 /* Prints the counters (btl_base_verbose 5) and releases what init made. */
 void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m);
 /* A completion whose token is not a send's: 1 if it was an RDMA piece (or recorded as an

@@ -447,6 +447,7 @@ static int oib_finalize(struct mca_btl_base_module_t *btl)
         mca_btl_oib_component.module = NULL;
     }
     m->closing = true;
+    mca_btl_oib_rdma_release(m); /* the cached registrations go before the transport */
     int rc = openib_close(m->t); /* flushes first (up to 10 s) */
     if (OPENIB_OK != rc) {
         opal_output_verbose(1, OIB_OUT, "btl: oib: close: %s", openib_last_error());

@@ -5,8 +5,12 @@
  *
  * Registration: openib_mem_register on the caller's memory (local write, remote read, write
  * and atomics whatever the flags ask); the handle ob1 copies to the peer is the transport's
- * 24-byte openib_remote_t. No registration cache: ob1 registers a message's buffer and
- * deregisters it when the request completes.
+ * 24-byte openib_remote_t. Through Open MPI's registration cache (rcache grdma, keyed by
+ * address range, as its openib BTL does) while mpi_leave_pinned is on and Open MPI's memory
+ * hooks invalidate the regions of freed or unmapped memory; ob1 registers a message's buffer
+ * and deregisters it when the request completes, and the region stays for the next message
+ * from the same memory. Otherwise (mpi_leave_pinned 0, no memory hooks) each registration is
+ * released with its request. Finalize releases the cache before the transport closes.
  *
  * Completion: an operation is posted as pieces of at most OIB_RDMA_PIECE bytes (one
  * transport token each; the transport's limit per request is the port's, not ours), and its
@@ -21,6 +25,9 @@
 #include <string.h>
 
 #include "opal/constants.h"
+#include "opal/memoryhooks/memory.h"
+#include "opal/mca/rcache/base/base.h"
+#include "opal/runtime/opal_params.h"
 #include "opal/util/output.h"
 
 #include "btl_oib.h"
@@ -40,20 +47,67 @@ static inline mca_btl_oib_reg_t *reg_of(struct mca_btl_base_registration_handle_
     return (mca_btl_oib_reg_t *) ((char *) h - offsetof(mca_btl_oib_reg_t, handle));
 }
 
-static struct mca_btl_base_registration_handle_t *
-oib_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
-                 void *base, size_t size, uint32_t flags)
+/* The transport registration of one cache record: [base, base + size) is what grdma asks for
+ * (the request's pages, whole), registered for every access whatever the flags ask. A
+ * refusal is OPAL_ERR_OUT_OF_RESOURCE, as the openib BTL's: grdma then deregisters the least
+ * recently used region nobody uses and tries again, until none is left (pinned memory the
+ * cache keeps must not make a registration fail). openib_mem_free takes no transport lock
+ * (the region's own reference), so grdma may call it under its VMA lock. */
+static int oib_rcache_reg(void *reg_data, void *base, size_t size,
+                          mca_rcache_base_registration_t *rreg)
 {
-    mca_btl_oib_module_t *m = module_of(btl);
-    mca_btl_oib_reg_t *reg = calloc(1, sizeof *reg);
-    if (NULL == reg) {
-        return NULL;
-    }
+    mca_btl_oib_module_t *m = reg_data;
+    mca_btl_oib_reg_t *reg = (mca_btl_oib_reg_t *) rreg;
+    reg->mem = NULL;
     if (OPENIB_OK != openib_mem_register(m->t, base, size, &reg->mem)
         || OPENIB_OK != openib_mem_remote(reg->mem, &reg->handle.remote)) {
         opal_output_verbose(10, OIB_OUT, "btl: oib: register %zu bytes at %p: %s", size, base,
                             openib_last_error());
         (void) openib_mem_free(reg->mem);
+        reg->mem = NULL;
+        return OPAL_ERR_OUT_OF_RESOURCE;
+    }
+    __atomic_add_fetch(&m->n_mr, 1, __ATOMIC_RELAXED);
+    return OPAL_SUCCESS;
+}
+
+/* Deregisters a record's transport region: when the cache drops it (unused and not kept,
+ * memory freed or unmapped, finalize). Operations still in flight keep the transport's
+ * registration until they complete. */
+static int oib_rcache_dereg(void *reg_data, mca_rcache_base_registration_t *rreg)
+{
+    mca_btl_oib_module_t *m = reg_data;
+    mca_btl_oib_reg_t *reg = (mca_btl_oib_reg_t *) rreg;
+    int rc = openib_mem_free(reg->mem);
+    reg->mem = NULL;
+    __atomic_add_fetch(&m->n_mr_freed, 1, __ATOMIC_RELAXED);
+    return OPENIB_OK == rc ? OPAL_SUCCESS : OPAL_ERROR;
+}
+
+/* Through the cache when there is one (a region of the cache covering [base, base + size) is
+ * shared, its reference count raised), else a registration of its own. */
+static struct mca_btl_base_registration_handle_t *
+oib_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
+                 void *base, size_t size, uint32_t flags)
+{
+    mca_btl_oib_module_t *m = module_of(btl);
+    mca_btl_oib_reg_t *reg = NULL;
+    if (NULL != m->rcache) {
+        /* Every region allows every access, so any cached one covering the range serves. */
+        mca_rcache_base_registration_t *rreg = NULL;
+        int rc = m->rcache->rcache_register(m->rcache, base, size, 0, MCA_RCACHE_ACCESS_ANY,
+                                            &rreg);
+        if (OPAL_SUCCESS != rc || NULL == rreg) {
+            return NULL;
+        }
+        __atomic_add_fetch(&m->n_reg, 1, __ATOMIC_RELAXED);
+        return &((mca_btl_oib_reg_t *) rreg)->handle;
+    }
+    reg = calloc(1, sizeof *reg);
+    if (NULL == reg) {
+        return NULL;
+    }
+    if (OPAL_SUCCESS != oib_rcache_reg(m, base, size, &reg->base)) {
         free(reg);
         return NULL;
     }
@@ -61,18 +115,23 @@ oib_register_mem(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint
     return &reg->handle;
 }
 
-/* Deregisters (the memory is the caller's). Operations still in flight keep the transport's
- * registration until they complete. */
+/* Gives the registration back: to the cache (which keeps the region while mpi_leave_pinned
+ * is on, until its memory is freed or unmapped or finalize), or deregisters it (the memory
+ * is the caller's). */
 static int oib_deregister_mem(struct mca_btl_base_module_t *btl,
                               struct mca_btl_base_registration_handle_t *handle)
 {
     if (NULL == handle) {
         return OPAL_ERR_BAD_PARAM;
     }
+    mca_btl_oib_module_t *m = module_of(btl);
     mca_btl_oib_reg_t *reg = reg_of(handle);
-    int rc = openib_mem_free(reg->mem);
+    if (NULL != reg->base.rcache) {
+        return reg->base.rcache->rcache_deregister(reg->base.rcache, &reg->base);
+    }
+    int rc = oib_rcache_dereg(m, &reg->base);
     free(reg);
-    return OPENIB_OK == rc ? OPAL_SUCCESS : OPAL_ERROR;
+    return rc;
 }
 
 static void done_push(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op)
@@ -434,6 +493,75 @@ static int oib_flush(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
     return OPAL_SUCCESS;
 }
 
+/* True when Open MPI's memory hooks tell the registration caches about freed and unmapped
+ * memory: the memory manager supports both, and the rcache base registered its callback
+ * (mca_rcache_base_module_create does on its first call with leave_pinned not 0). */
+static bool memory_hooks_active(void)
+{
+    const int need = OPAL_MEMORY_FREE_SUPPORT | OPAL_MEMORY_MUNMAP_SUPPORT;
+    return mca_rcache_base_used_mem_hooks && need == (need & opal_mem_hooks_support_level());
+}
+
+/* The registration cache: Open MPI's grdma, as its openib BTL's, used only while it keeps
+ * registrations (mpi_leave_pinned, or mpi_leave_pinned_pipeline) and Open MPI's memory hooks
+ * invalidate them when their memory is freed or unmapped. mca_rcache_base_module_create
+ * resolves mpi_leave_pinned's "auto" (-1) to 1 when the memory hooks work, before ob1 reads
+ * it (ob1's init runs after the BTLs'). Otherwise there is no cache: each registration is
+ * made for its request and released with it, as before. */
+static void rcache_create(mca_btl_oib_module_t *m)
+{
+    m->rcache = NULL;
+    if (0 == opal_leave_pinned && !opal_leave_pinned_pipeline) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: registration cache: none (mpi_leave_pinned "
+                            "0): every registration is released with its request");
+        return;
+    }
+    (void) snprintf(m->rcache_name, sizeof m->rcache_name, "oib.%u.%p", m->rank, (void *) m);
+    mca_rcache_base_resources_t res = {
+        .cache_name = m->rcache_name,
+        .reg_data = m,
+        .sizeof_reg = sizeof(mca_btl_oib_reg_t),
+        .register_mem = oib_rcache_reg,
+        .deregister_mem = oib_rcache_dereg,
+    };
+    mca_rcache_base_module_t *rc = mca_rcache_base_module_create("grdma", m, &res);
+    if (NULL == rc) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: registration cache: none (the rcache grdma "
+                            "could not be created): every registration is released with its "
+                            "request");
+        return;
+    }
+    if (!(1 == opal_leave_pinned || opal_leave_pinned_pipeline) || !memory_hooks_active()) {
+        /* grdma would not keep registrations (leave_pinned auto without memory hooks), or
+         * would keep them without being told of freed memory: no cache. */
+        opal_output_verbose(10, OIB_OUT, "btl: oib: registration cache: none (mpi_leave_pinned "
+                            "%d, memory hooks %s): every registration is released with its "
+                            "request", opal_leave_pinned,
+                            memory_hooks_active() ? "active" : "not active");
+        (void) mca_rcache_base_module_destroy(rc);
+        return;
+    }
+    m->rcache = rc;
+    opal_output_verbose(10, OIB_OUT, "btl: oib: registration cache: grdma (mpi_leave_pinned %d, "
+                        "mpi_leave_pinned_pipeline %d)", opal_leave_pinned,
+                        (int) opal_leave_pinned_pipeline);
+}
+
+void mca_btl_oib_rdma_release(mca_btl_oib_module_t *m)
+{
+    const char *name = NULL == m->rcache ? "none" : "grdma";
+    if (NULL != m->rcache) {
+        /* grdma's finalize deregisters every region it keeps (and prints its statistics with
+         * rcache_grdma_print_stats). */
+        (void) mca_rcache_base_module_destroy(m->rcache);
+        m->rcache = NULL;
+    }
+    opal_output_verbose(5, OIB_OUT, "btl: oib: rank %u: registration cache %s: %llu regions "
+                        "registered, %llu released", m->rank, name,
+                        (unsigned long long) __atomic_load_n(&m->n_mr, __ATOMIC_RELAXED),
+                        (unsigned long long) __atomic_load_n(&m->n_mr_freed, __ATOMIC_RELAXED));
+}
+
 int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m)
 {
     pthread_mutex_init(&m->rdma_lock, NULL);
@@ -445,6 +573,7 @@ int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m)
         opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", openib_last_error());
         return OPAL_ERROR;
     }
+    rcache_create(m);
     m->super.btl_register_mem = oib_register_mem;
     m->super.btl_deregister_mem = oib_deregister_mem;
     m->super.btl_registration_handle_size = sizeof(struct mca_btl_base_registration_handle_t);

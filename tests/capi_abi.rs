@@ -45,6 +45,7 @@ const API: &[&str] = &[
     "openib_set_handler",
     "openib_size",
     "openib_strerror",
+    "openib_usable_ports",
 ];
 
 #[test]

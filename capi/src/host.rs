@@ -237,3 +237,25 @@ pub unsafe extern "C" fn openib_reachable(t: *mut openib_t, peer: u32) -> c_int 
         }
     })
 }
+
+/// The number of usable ports of this machine under the settings (`OPENIB_IF_INCLUDE` /
+/// `OPENIB_IF_EXCLUDE`, ...), in `*count`: a host that opens one transport per port opens
+/// the i-th with `OPENIB_PORT_INDEX=i` (and its own `OPENIB_HOST_SLOT`). 0 ports is
+/// `OPENIB_OK` with `*count` 0; no libibverbs or no device is `OPENIB_ERR_NO_VERBS` /
+/// `OPENIB_ERR_NO_DEVICE`, a refused filter `OPENIB_ERR_SETUP`.
+///
+/// # Safety
+/// `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn openib_usable_ports(count: *mut u32) -> c_int {
+    call("openib_usable_ports", || {
+        // SAFETY: the caller's contract on `count`.
+        unsafe { put_out(count, 0, "count") }?;
+        let derive = openib_rs::transport::derive_from_env()?;
+        let names = openib_rs::transport::wireup::usable_port_names(&derive)
+            .map_err(|e| open_failure(TransportError::Wireup(e)))?;
+        // SAFETY: as above.
+        unsafe { put_out(count, names.len() as u32, "count") }?;
+        Ok(OPENIB_OK)
+    })
+}

@@ -24,6 +24,9 @@ BEGIN_C_DECLS
 
 /* The component: Open MPI's component structure first (the loader reads it by that type),
  * then the values of our MCA variables (registered in btl_oib_component.c). */
+/* The most modules (ports) of one process; the transport reads at most 64 modex slots. */
+#define MCA_BTL_OIB_MAX_MODULES 16
+
 typedef struct mca_btl_oib_component_t {
     mca_btl_base_component_3_0_0_t super;
 
@@ -42,8 +45,12 @@ typedef struct mca_btl_oib_component_t {
     bool connect_at_init;
     int connect_timeout;
 
-    /* The module btl_init made (NULL: none; its finalize clears this). */
+    /* The first module btl_init made (NULL: none; its finalize clears this). */
     struct mca_btl_oib_module_t *module;
+    /* Every module btl_init made, one per usable port (their finalize clears their entry);
+     * component progress progresses each. */
+    struct mca_btl_oib_module_t *modules[MCA_BTL_OIB_MAX_MODULES];
+    int num_modules;
 } mca_btl_oib_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_oib_component_t mca_btl_oib_component;
@@ -107,7 +114,7 @@ typedef struct mca_btl_oib_token_t {
     int status;
 } mca_btl_oib_token_t;
 
-/* The module: one per process for now (the transport serves the first usable port). */
+/* The module: one per usable port of the process (its transport serves that port). */
 typedef struct mca_btl_oib_module_t {
     mca_btl_base_module_t super;
     openib_t *t;
@@ -142,7 +149,15 @@ typedef struct mca_btl_oib_module_t {
     uint64_t n_reg, n_put, put_bytes, n_get, get_bytes, n_atomic;
     /* btl_oib_connect_at_init ran (in the first add_procs). */
     bool connected_at_init;
+    /* Which module of the process (0, 1, ...: one per usable port, its transport's modex
+     * slot) and its port's name; sends posted (btl_send and sendi), printed at finalize. */
+    int index;
+    char port[64];
+    uint64_t n_send;
 } mca_btl_oib_module_t;
+
+/* Removes a finalized module from the component's list (progress no longer sees it). */
+void mca_btl_oib_component_forget(mca_btl_oib_module_t *m);
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
  * NULL after a verbose line saying why. */

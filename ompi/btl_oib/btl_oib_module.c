@@ -20,6 +20,8 @@
  */
 #include "opal_config.h"
 
+#include <inttypes.h>
+
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
@@ -247,6 +249,7 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
                             frag->segment.seg_len, ep->rank, openib_last_error());
         return mca_btl_oib_opal_code(rc);
     }
+    __atomic_fetch_add(&m->n_send, 1, __ATOMIC_RELAXED);
     pthread_mutex_lock(&m->send_lock);
     frag->token = token;
     if (mca_btl_oib_rdma_claim_early(m, token, &frag->early_status)) {
@@ -302,6 +305,7 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
         rc = openib_sendi(m->t, ep->rank, tag, buf, total);
         opal_free_list_return(&m->frags, &scratch->base.super);
         if (OPENIB_OK == rc) {
+            __atomic_fetch_add(&m->n_send, 1, __ATOMIC_RELAXED);
             return OPAL_SUCCESS;
         }
         if (OPENIB_ERR_BUSY != rc && OPENIB_ERR_TOO_LARGE != rc) {
@@ -334,6 +338,10 @@ static int oib_finalize(struct mca_btl_base_module_t *btl)
     if (mca_btl_oib_component.module == m) {
         mca_btl_oib_component.module = NULL;
     }
+    mca_btl_oib_component_forget(m);
+    /* How a test sees that ob1 striped over every module (one per port). */
+    opal_output_verbose(5, OIB_OUT, "btl: oib: rank %u: module %d (%s): %" PRIu64 " sends",
+                        m->rank, m->index, m->port, m->n_send);
     m->closing = true;
     int rc = openib_close(m->t); /* flushes first (up to 10 s) */
     if (OPENIB_OK != rc) {

@@ -5,6 +5,8 @@
 //! - both ports: every rank makes two modules (one per port), ob1 uses both for every peer
 //!   (Open MPI's "Using oib btl" lines, two per pair) and both carry sends (each module's
 //!   count at finalize);
+//! - rank 1 with rxe0 only (`btl_oib_if_exclude rxe1` for it alone): rank 0's second module
+//!   reports rank 1 unreachable (not an error) and the job runs over the first modules;
 //! - `btl_oib_if_exclude rxe0` still filters per port: one module, on rxe1;
 //! - rxe0 without its IP and `btl_oib_cpc_include rdmacm` (rdmacm needs an IP): the first
 //!   usable port offers no CPC and is skipped, the second still gets its module (before one
@@ -64,6 +66,14 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
         )
     };
     script.push_str(&job("two-ports", "", "eager=12288 p2p=4194304 coll"));
+    // Rank 1 has rxe0 only: rank 0's second module finds no port of rank 1 to pair with and
+    // reports it unreachable (not an error); the pair talks over the two first modules.
+    script.push_str(&format!(
+        "echo '=== asymmetric'; timeout 600 mpirun --oversubscribe -np 1 {exe} {args} : \
+         -np 1 env OMPI_MCA_btl_oib_if_exclude=rxe1 {exe} {args} 2>&1; echo \"exit $?\"\n",
+        exe = exe.display(),
+        args = "eager=12288 p2p=262144"
+    ));
     script.push_str(&job(
         "exclude-rxe0",
         "--mca btl_oib_if_exclude rxe0",
@@ -124,6 +134,36 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
         via_oib,
         2 * (n * (n - 1)) as usize,
         "two-ports: ob1 did not take both oib modules for every peer:\n{text}"
+    );
+
+    let text = harness::section(&out, "asymmetric").unwrap_or_else(|| panic!("no job:\n{out}"));
+    assert!(
+        text.contains("exit 0"),
+        "asymmetric: the job failed:\n{text}"
+    );
+    assert!(
+        text.contains("btl: oib: 2 modules, one per usable port (rank 0 of 2")
+            && text.contains("btl: oib: one module (rank 1 of 2"),
+        "asymmetric: rank 0 should have two modules, rank 1 one:\n{text}"
+    );
+    assert!(
+        text.contains("btl: oib: rank 1 unreachable: ") && text.contains("no port to pair"),
+        "asymmetric: rank 0's second module did not report rank 1 unreachable:\n{text}"
+    );
+    for r in 0..n {
+        assert!(
+            text.contains(&format!("ompi_matrix: p2p rank {r} of {n} ok")),
+            "asymmetric: rank {r} did not pass p2p:\n{text}"
+        );
+    }
+    assert_eq!(module_sends(&text, 0, 1), Some(0), "asymmetric:\n{text}");
+    assert!(module_sends(&text, 0, 0) > Some(0), "asymmetric:\n{text}");
+    assert_eq!(
+        text.lines()
+            .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
+            .count(),
+        2,
+        "asymmetric: one oib module per ordered pair:\n{text}"
     );
 
     for name in ["exclude-rxe0", "first-port-no-cpc"] {

@@ -159,6 +159,10 @@ int openib_open_runtime(const openib_runtime_ops_t *ops, openib_t **out);
  * on the same subnet, in slot order (docs/TRANSPORT.md, "Several ports"). */
 int openib_usable_ports(uint32_t *count);
 
+/* The port handle `t` serves, "device:port" (e.g. "rxe0:1"), NUL-terminated into `buf` of
+ * `len` bytes: OPENIB_OK, or OPENIB_ERR_RANGE when it does not fit (buf then holds ""). */
+int openib_port_name(openib_t *t, char *buf, size_t len);
+
 /* Whether rank `peer` can be reached: 1 yes (a port pair and a CPC connect to it; the
  * connection itself is made on first use), 0 no (openib_last_error says why: it published no
  * modex, no common subnet or CPC, or it is this process), or a negative error

@@ -32,6 +32,7 @@ const API: &[&str] = &[
     "openib_mem_remote",
     "openib_open",
     "openib_open_runtime",
+    "openib_port_name",
     "openib_poll_completion",
     "openib_progress",
     "openib_put",

@@ -112,6 +112,13 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
                 "two-ports: rank {r} did not pass {s}:\n{text}"
             );
         }
+        // One module on each port, in port order.
+        for (m, port) in [(0, "rxe0:1"), (1, "rxe1:1")] {
+            assert!(
+                text.contains(&format!("btl: oib: rank {r}: module {m} ({port}): ")),
+                "two-ports: rank {r}'s module {m} is not on {port}:\n{text}"
+            );
+        }
         for m in 0..2 {
             let sends = module_sends(&text, r, m)
                 .unwrap_or_else(|| panic!("two-ports: no count of rank {r} module {m}:\n{text}"));
@@ -170,6 +177,12 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
         let text = harness::section(&out, name).unwrap_or_else(|| panic!("no {name}:\n{out}"));
         assert!(text.contains("exit 0"), "{name}: the job failed:\n{text}");
         ompi::assert_matrix_ran(name, &text, n, &["p2p"]);
+        for r in 0..n {
+            assert!(
+                text.contains(&format!("btl: oib: rank {r}: module 0 (rxe1:1): ")),
+                "{name}: rank {r}'s module is not on rxe1:\n{text}"
+            );
+        }
     }
     let text = harness::section(&out, "first-port-no-cpc").expect("checked");
     // The skipped port is said (verbosity 1), naming rdmacm's refusal.

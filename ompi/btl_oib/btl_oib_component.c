@@ -398,7 +398,9 @@ static mca_btl_oib_module_t *open_port(const openib_runtime_ops_t *ops, uint32_t
         return NULL;
     }
     m->index = slot;
-    snprintf(m->port, sizeof m->port, "usable port %u", port);
+    if (OPENIB_OK != openib_port_name(m->t, m->port, sizeof m->port)) {
+        snprintf(m->port, sizeof m->port, "usable port %u", port);
+    }
     return m;
 }
 

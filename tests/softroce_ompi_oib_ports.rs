@@ -10,7 +10,9 @@
 //! - `btl_oib_if_exclude rxe0` still filters per port: one module, on rxe1;
 //! - rxe0 without its IP and `btl_oib_cpc_include rdmacm` (rdmacm needs an IP): the first
 //!   usable port offers no CPC and is skipped, the second still gets its module (before one
-//!   module per port the process had no module at all and MPI_Init failed).
+//!   module per port the process had no module at all and MPI_Init failed);
+//! - neither port with a CPC: no module, one message per rank naming both ports (tcp runs
+//!   the job).
 //!
 //! The default guest is left alone: rxe1 exists only inside this test's guest.
 
@@ -85,6 +87,15 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
         "first-port-no-cpc",
         "--mca btl_oib_cpc_include rdmacm",
         "eager=12288 p2p=262144",
+    ));
+    // Neither port has a CPC now: no module; the one message (default verbosity: oib is named
+    // in `btl`) names both ports and rdmacm's refusal; tcp carries the job.
+    script.push_str("ip addr del 10.78.0.1/24 dev veth2 || echo 'cannot remove the IP'\n");
+    script.push_str(&job(
+        "no-port-has-a-cpc",
+        "--mca btl self,tcp,oib --mca btl_tcp_if_include lo --mca btl_base_verbose 0 \
+         --mca btl_oib_cpc_include rdmacm",
+        "eager=12288 p2p=65536",
     ));
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "1500"], &["sh", "-c", &script]);
@@ -184,6 +195,38 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
             );
         }
     }
+    let text =
+        harness::section(&out, "no-port-has-a-cpc").unwrap_or_else(|| panic!("no job:\n{out}"));
+    assert!(
+        text.contains("exit 0"),
+        "no-port-has-a-cpc: the job failed:\n{text}"
+    );
+    for r in 0..n {
+        assert!(
+            text.contains(&format!("ompi_matrix: p2p rank {r} of {n} ok")),
+            "no-port-has-a-cpc: rank {r} did not pass p2p over tcp:\n{text}"
+        );
+    }
+    let msgs: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("btl: oib: no module ("))
+        .collect();
+    assert_eq!(msgs.len(), n as usize, "one message per rank:\n{text}");
+    for m in msgs {
+        for want in [
+            "usable port 0: ",
+            "rxe0:1",
+            "usable port 1: ",
+            "rxe1:1",
+            "rdmacm: ",
+        ] {
+            assert!(
+                m.contains(want),
+                "no-port-has-a-cpc: {want:?} missing in {m}"
+            );
+        }
+    }
+
     let text = harness::section(&out, "first-port-no-cpc").expect("checked");
     // The skipped port is said (verbosity 1), naming rdmacm's refusal.
     assert!(

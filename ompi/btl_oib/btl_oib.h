@@ -150,7 +150,8 @@ typedef struct mca_btl_oib_module_t {
     /* btl_oib_connect_at_init ran (in the first add_procs). */
     bool connected_at_init;
     /* Which module of the process (0, 1, ...: one per usable port, its transport's modex
-     * slot) and its port's name; sends posted (btl_send and sendi), printed at finalize. */
+     * slot) and its port's name; sends posted (btl_send and sendi; may miss a few under
+     * concurrent senders), printed at finalize. */
     int index;
     char port[64];
     uint64_t n_send;

@@ -228,6 +228,14 @@ static mca_btl_oib_frag_t *sends_take(mca_btl_oib_module_t *m, uint64_t token)
     return f;
 }
 
+/* Counts a send for the finalize line: a relaxed load and store, no locked instruction on
+ * the send path (concurrent senders may lose a count: it only shows that a module was used). */
+static inline void count_send(mca_btl_oib_module_t *m)
+{
+    __atomic_store_n(&m->n_send, __atomic_load_n(&m->n_send, __ATOMIC_RELAXED) + 1,
+                     __ATOMIC_RELAXED);
+}
+
 static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
                     struct mca_btl_base_descriptor_t *des, mca_btl_base_tag_t tag)
 {
@@ -249,7 +257,7 @@ static int oib_send(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpo
                             frag->segment.seg_len, ep->rank, openib_last_error());
         return mca_btl_oib_opal_code(rc);
     }
-    __atomic_fetch_add(&m->n_send, 1, __ATOMIC_RELAXED);
+    count_send(m);
     pthread_mutex_lock(&m->send_lock);
     frag->token = token;
     if (mca_btl_oib_rdma_claim_early(m, token, &frag->early_status)) {
@@ -305,7 +313,7 @@ static int oib_sendi(struct mca_btl_base_module_t *btl, struct mca_btl_base_endp
         rc = openib_sendi(m->t, ep->rank, tag, buf, total);
         opal_free_list_return(&m->frags, &scratch->base.super);
         if (OPENIB_OK == rc) {
-            __atomic_fetch_add(&m->n_send, 1, __ATOMIC_RELAXED);
+            count_send(m);
             return OPAL_SUCCESS;
         }
         if (OPENIB_ERR_BUSY != rc && OPENIB_ERR_TOO_LARGE != rc) {

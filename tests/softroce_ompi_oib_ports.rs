@@ -4,7 +4,7 @@
 //! checked):
 //! - both ports: every rank makes two modules (one per port), ob1 uses both for every peer
 //!   (Open MPI's "Using oib btl" lines, two per pair) and both carry sends (each module's
-//!   count at finalize);
+//!   count at finalize); the same with MPI_THREAD_MULTIPLE, 4 threads per rank;
 //! - rank 1 with rxe0 only (`btl_oib_if_exclude rxe1` for it alone): rank 0's second module
 //!   reports rank 1 unreachable (not an error) and the job runs over the first modules;
 //! - `btl_oib_if_exclude rxe0` still filters per port: one module, on rxe1;
@@ -68,6 +68,9 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
         )
     };
     script.push_str(&job("two-ports", "", "eager=12288 p2p=4194304 coll"));
+    // MPI_THREAD_MULTIPLE, 4 threads per rank, over both modules (component progress runs
+    // every module from any thread).
+    script.push_str(&job("two-ports-threads", "", "threads coll"));
     // Rank 1 has rxe0 only: rank 0's second module finds no port of rank 1 to pair with and
     // reports it unreachable (not an error); the pair talks over the two first modules.
     script.push_str(&format!(
@@ -153,6 +156,37 @@ fn two_ports_make_two_modules_and_a_port_without_a_cpc_does_not_hide_the_next() 
         2 * (n * (n - 1)) as usize,
         "two-ports: ob1 did not take both oib modules for every peer:\n{text}"
     );
+
+    let text =
+        harness::section(&out, "two-ports-threads").unwrap_or_else(|| panic!("no job:\n{out}"));
+    assert!(
+        text.contains("exit 0"),
+        "two-ports-threads: the job failed:\n{text}"
+    );
+    assert!(
+        !text.contains("ompi_matrix: FAIL"),
+        "a check failed:\n{text}"
+    );
+    for r in 0..n {
+        assert!(
+            text.contains(&format!(
+                "btl: oib: 2 modules, one per usable port (rank {r} of {n}"
+            )),
+            "two-ports-threads: rank {r} did not make two modules:\n{text}"
+        );
+        for s in ["threads", "coll"] {
+            assert!(
+                text.contains(&format!("ompi_matrix: {s} rank {r} of {n} ok")),
+                "two-ports-threads: rank {r} did not pass {s}:\n{text}"
+            );
+        }
+        for m in 0..2 {
+            assert!(
+                module_sends(&text, r, m) > Some(0),
+                "two-ports-threads: nothing sent through rank {r}'s module {m}:\n{text}"
+            );
+        }
+    }
 
     let text = harness::section(&out, "asymmetric").unwrap_or_else(|| panic!("no job:\n{out}"));
     assert!(

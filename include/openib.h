@@ -150,6 +150,19 @@ typedef struct openib_runtime_ops_t {
  * Settings come from the environment, as for openib_open. */
 int openib_open_runtime(const openib_runtime_ops_t *ops, openib_t **out);
 
+/* The number of usable ports of this machine under the settings (OPENIB_IF_INCLUDE /
+ * OPENIB_IF_EXCLUDE, ...) in *count (0 with OPENIB_OK when none is usable; no libibverbs or no
+ * device: OPENIB_ERR_NO_VERBS / OPENIB_ERR_NO_DEVICE). A host that wants one transport per port
+ * opens the i-th with OPENIB_PORT_INDEX=i and OPENIB_HOST_SLOT=n set in the environment (n
+ * counts the transports opened so far: slots are contiguous from 0; slot 0 publishes under
+ * "oibH", slot n under "oibH<n>"). Each transport reaches a peer through the peer's transport
+ * on the same subnet, in slot order (docs/TRANSPORT.md, "Several ports"). */
+int openib_usable_ports(uint32_t *count);
+
+/* The port handle `t` serves, "device:port" (e.g. "rxe0:1"), NUL-terminated into `buf` of
+ * `len` bytes: OPENIB_OK, or OPENIB_ERR_RANGE when it does not fit (buf then holds ""). */
+int openib_port_name(openib_t *t, char *buf, size_t len);
+
 /* Whether rank `peer` can be reached: 1 yes (a port pair and a CPC connect to it; the
  * connection itself is made on first use), 0 no (openib_last_error says why: it published no
  * modex, no common subnet or CPC, or it is this process), or a negative error

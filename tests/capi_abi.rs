@@ -33,6 +33,7 @@ const API: &[&str] = &[
     "openib_mem_remote",
     "openib_open",
     "openib_open_runtime",
+    "openib_port_name",
     "openib_poll_completion",
     "openib_progress",
     "openib_progress_poll",
@@ -47,6 +48,7 @@ const API: &[&str] = &[
     "openib_set_handler",
     "openib_size",
     "openib_strerror",
+    "openib_usable_ports",
 ];
 
 #[test]

@@ -237,3 +237,57 @@ pub unsafe extern "C" fn openib_reachable(t: *mut openib_t, peer: u32) -> c_int 
         }
     })
 }
+
+/// The number of usable ports of this machine under the settings (`OPENIB_IF_INCLUDE` /
+/// `OPENIB_IF_EXCLUDE`, ...), in `*count`: a host that opens one transport per port opens
+/// the i-th with `OPENIB_PORT_INDEX=i` (and its own `OPENIB_HOST_SLOT`). 0 ports is
+/// `OPENIB_OK` with `*count` 0; no libibverbs or no device is `OPENIB_ERR_NO_VERBS` /
+/// `OPENIB_ERR_NO_DEVICE`, a refused filter `OPENIB_ERR_SETUP`.
+///
+/// # Safety
+/// `count` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn openib_usable_ports(count: *mut u32) -> c_int {
+    call("openib_usable_ports", || {
+        // SAFETY: the caller's contract on `count`.
+        unsafe { put_out(count, 0, "count") }?;
+        let derive = openib_rs::transport::derive_from_env()?;
+        let names = openib_rs::transport::wireup::usable_port_names(&derive)
+            .map_err(|e| open_failure(TransportError::Wireup(e)))?;
+        // SAFETY: as above.
+        unsafe { put_out(count, names.len() as u32, "count") }?;
+        Ok(OPENIB_OK)
+    })
+}
+
+/// The port handle `t` serves, `device:port` (e.g. "rxe0:1"), NUL-terminated into `buf` of
+/// `len` bytes: `OPENIB_OK`, or `OPENIB_ERR_RANGE` when it does not fit (`buf` then holds "").
+///
+/// # Safety
+/// `t` is NULL or a live handle; `buf` is NULL or writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn openib_port_name(t: *mut openib_t, buf: *mut c_char, len: usize) -> c_int {
+    call("openib_port_name", || {
+        // SAFETY: the caller's contract on `t`.
+        let h = unsafe { handle(t) }?;
+        if buf.is_null() || len == 0 {
+            return Err(null("buf"));
+        }
+        let name = h.lock()?.t().port_name();
+        // SAFETY: writable for `len` bytes (the caller's contract), len > 0.
+        let out = unsafe { std::slice::from_raw_parts_mut(buf.cast::<u8>(), len) };
+        out[0] = 0;
+        if name.len() + 1 > len {
+            return Err(Fail::new(
+                OPENIB_ERR_RANGE,
+                format!(
+                    "port name {name:?} needs {} bytes, buf has {len}",
+                    name.len() + 1
+                ),
+            ));
+        }
+        out[..name.len()].copy_from_slice(name.as_bytes());
+        out[name.len()] = 0;
+        Ok(OPENIB_OK)
+    })
+}

@@ -529,3 +529,33 @@ fn host_runtime_over_c_callbacks() {
     let e = rt.fence(true, Duration::ZERO).unwrap_err().to_string();
     assert!(e.contains("the host runs the fence"), "{e}");
 }
+
+/// openib_usable_ports and openib_port_name refuse NULL by name; without an RDMA device (the
+/// host) the count fails as an open does (no verbs or no device), or is 0.
+#[test]
+fn usable_ports_and_port_name_check_their_arguments() {
+    let mut buf = [1 as std::ffi::c_char; 16];
+    // SAFETY: every pointer is NULL or points to a local of the given size.
+    unsafe {
+        assert_eq!(openib_usable_ports(null_mut()), OPENIB_ERR_INVALID);
+        assert_eq!(last(), "openib_usable_ports: count is NULL");
+        assert_eq!(
+            openib_port_name(null_mut(), buf.as_mut_ptr(), buf.len()),
+            OPENIB_ERR_INVALID
+        );
+        assert_eq!(last(), "openib_port_name: t is NULL");
+        let mut n = 7u32;
+        let rc = openib_usable_ports(&mut n);
+        let has_port = openib_ports::hw::read_topology()
+            .map(|s| s.topology.devices.iter().any(|d| !d.ports.is_empty()))
+            .unwrap_or(false);
+        if !has_port {
+            assert!(
+                matches!(rc, OPENIB_OK | OPENIB_ERR_NO_DEVICE | OPENIB_ERR_NO_VERBS),
+                "{rc}: {}",
+                last()
+            );
+            assert_eq!(n, 0);
+        }
+    }
+}

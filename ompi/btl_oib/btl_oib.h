@@ -25,6 +25,9 @@ BEGIN_C_DECLS
 
 /* The component: Open MPI's component structure first (the loader reads it by that type),
  * then the values of our MCA variables (registered in btl_oib_component.c). */
+/* The most modules (ports) of one process; the transport reads at most 64 modex slots. */
+#define MCA_BTL_OIB_MAX_MODULES 16
+
 typedef struct mca_btl_oib_component_t {
     mca_btl_base_component_3_0_0_t super;
 
@@ -43,8 +46,12 @@ typedef struct mca_btl_oib_component_t {
     bool connect_at_init;
     int connect_timeout;
 
-    /* The module btl_init made (NULL: none; its finalize clears this). */
+    /* The first module btl_init made (NULL: none; its finalize clears this). */
     struct mca_btl_oib_module_t *module;
+    /* Every module btl_init made, one per usable port (their finalize clears their entry);
+     * component progress progresses each. */
+    struct mca_btl_oib_module_t *modules[MCA_BTL_OIB_MAX_MODULES];
+    int num_modules;
 } mca_btl_oib_component_t;
 
 OPAL_MODULE_DECLSPEC extern mca_btl_oib_component_t mca_btl_oib_component;
@@ -121,7 +128,7 @@ typedef struct mca_btl_oib_token_t {
     int status;
 } mca_btl_oib_token_t;
 
-/* The module: one per process for now (the transport serves the first usable port). */
+/* The module: one per usable port of the process (its transport serves that port). */
 typedef struct mca_btl_oib_module_t {
     mca_btl_base_module_t super;
     openib_t *t;
@@ -162,7 +169,16 @@ typedef struct mca_btl_oib_module_t {
     mca_rcache_base_module_t *rcache;
     char rcache_name[48];
     uint64_t n_mr, n_mr_freed;
+    /* Which module of the process (0, 1, ...: one per usable port, its transport's modex
+     * slot) and its port's name; sends posted (btl_send and sendi; may miss a few under
+     * concurrent senders), printed at finalize. */
+    int index;
+    char port[64];
+    uint64_t n_send;
 } mca_btl_oib_module_t;
+
+/* Removes a finalized module from the component's list (progress no longer sees it). */
+void mca_btl_oib_component_forget(mca_btl_oib_module_t *m);
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
  * NULL after a verbose line saying why. */

@@ -145,6 +145,7 @@ static int oib_register(void)
 static int oib_open(void)
 {
     mca_btl_oib_component.module = NULL;
+    mca_btl_oib_component.num_modules = 0;
     return OPAL_SUCCESS;
 }
 
@@ -299,13 +300,28 @@ static void no_module(int rc, const char *why)
 
 /* The transport's runtime over Open MPI's modex. The transport puts exactly one key (its
  * whole modex); it travels under this component's key (btl.oib.<version>), as every BTL's. */
+/* The transport of the first module publishes "oibH" (slot 0), which travels under the
+ * component's key as before; the others publish "oibH<n>" (one per port), which travel under
+ * "btl.oib.oibH<n>". */
+#define OIB_FIRST_KEY "oibH"
+
+static void slot_key(char *buf, size_t len, const char *key)
+{
+    snprintf(buf, len, "btl.oib.%s", key);
+}
+
 static int modex_put(void *ctx, const char *key, const void *value, size_t len)
 {
     int rc;
     (void) ctx;
-    (void) key;
-    OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &mca_btl_oib_component.super.btl_version,
-                    (void *) value, len);
+    if (NULL == key || 0 == strcmp(key, OIB_FIRST_KEY)) {
+        OPAL_MODEX_SEND(rc, OPAL_PMIX_GLOBAL, &mca_btl_oib_component.super.btl_version,
+                        (void *) value, len);
+    } else {
+        char k[128];
+        slot_key(k, sizeof k, key);
+        OPAL_MODEX_SEND_STRING(rc, OPAL_PMIX_GLOBAL, k, (void *) value, len);
+    }
     return OPAL_SUCCESS == rc ? 0 : -1;
 }
 
@@ -319,9 +335,14 @@ static int modex_get(void *ctx, uint32_t rank, const char *key, void **value_out
     size_t size = 0;
     int rc;
     (void) ctx;
-    (void) key;
     peer.vpid = rank;
-    OPAL_MODEX_RECV(rc, &mca_btl_oib_component.super.btl_version, &peer, &data, &size);
+    if (NULL == key || 0 == strcmp(key, OIB_FIRST_KEY)) {
+        OPAL_MODEX_RECV(rc, &mca_btl_oib_component.super.btl_version, &peer, &data, &size);
+    } else {
+        char k[128];
+        slot_key(k, sizeof k, key);
+        OPAL_MODEX_RECV_STRING(rc, k, &peer, &data, &size);
+    }
     if (OPAL_SUCCESS != rc || NULL == data) {
         /* OPAL_MODEX_RECV reports every failed lookup as "not found". */
         free(data);
@@ -349,15 +370,51 @@ static uint32_t job_size(void)
     return OPAL_SUCCESS == rc ? size : 0;
 }
 
+/* Opens the transport on the usable port `port` (OPENIB_PORT_INDEX) under modex slot `slot`
+ * (OPENIB_HOST_SLOT) and makes its module; NULL with *rc and the reason in `why` when not. */
+static mca_btl_oib_module_t *open_port(const openib_runtime_ops_t *ops, uint32_t port,
+                                       int slot, int *rc)
+{
+    char num[16];
+    openib_t *t = NULL;
+
+    snprintf(num, sizeof num, "%u", port);
+    if (OPAL_SUCCESS != set_setting("OPENIB_PORT_INDEX", num)) {
+        *rc = OPENIB_ERR_SETUP;
+        return NULL;
+    }
+    snprintf(num, sizeof num, "%d", slot);
+    if (OPAL_SUCCESS != set_setting("OPENIB_HOST_SLOT", num)) {
+        *rc = OPENIB_ERR_SETUP;
+        return NULL;
+    }
+    *rc = openib_open_runtime(ops, &t);
+    if (OPENIB_OK != *rc) {
+        return NULL;
+    }
+    mca_btl_oib_module_t *m = mca_btl_oib_module_create(t);
+    if (NULL == m) {
+        *rc = OPENIB_ERR_OTHER;
+        return NULL;
+    }
+    m->index = slot;
+    if (OPENIB_OK != openib_port_name(m->t, m->port, sizeof m->port)) {
+        snprintf(m->port, sizeof m->port, "usable port %u", port);
+    }
+    return m;
+}
+
 static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_threads,
                                         bool enable_mpi_threads)
 {
-    openib_t *t = NULL;
-    int rc;
+    mca_btl_oib_component_t *c = &mca_btl_oib_component;
+    int rc = OPENIB_OK;
+    uint32_t ports = 0;
 
     (void) enable_progress_threads;
     (void) enable_mpi_threads;
     *num_btls = 0;
+    c->num_modules = 0;
 
     if (OPAL_SUCCESS != mca_btl_oib_apply_settings()) {
         return NULL;
@@ -379,28 +436,81 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
         .get = modex_get,
         .release = modex_release,
     };
-    rc = openib_open_runtime(&ops, &t);
-    if (OPENIB_OK != rc) {
-        no_module(rc, openib_last_error());
-        return NULL;
+    /* One transport, and module, per usable port: the i-th usable port under modex slot n
+     * (n counts the modules made, so slots have no gaps: the transport reads a peer's slots
+     * up to the first missing one). A port that cannot serve (no CPC) is skipped and said
+     * why; the next port still gets its module. Without a usable port (or no device), port
+     * 0 is tried anyway: its failure names every port and CPC and why. */
+    if (OPENIB_OK != openib_usable_ports(&ports) || 0 == ports) {
+        ports = 1;
     }
-    mca_btl_oib_module_t *m = mca_btl_oib_module_create(t);
-    if (NULL == m) {
+    if (ports > MCA_BTL_OIB_MAX_MODULES) {
+        ports = MCA_BTL_OIB_MAX_MODULES;
+    }
+    char why[4096] = "";
+    size_t used = 0;
+    for (uint32_t i = 0; i < ports; i++) {
+        int prc = OPENIB_OK;
+        mca_btl_oib_module_t *m = open_port(&ops, i, c->num_modules, &prc);
+        if (NULL != m) {
+            c->modules[c->num_modules++] = m;
+            continue;
+        }
+        rc = prc;
+        const char *e = openib_last_error();
+        if (ports > 1) {
+            opal_output_verbose(1, OIB_OUT, "btl: oib: no module on usable port %u: %s", i, e);
+            int n = snprintf(why + used, sizeof why - used, "%susable port %u: %s",
+                             0 == used ? "" : "; ", i, e);
+            if (n > 0 && (size_t) n < sizeof why - used) {
+                used += (size_t) n;
+            }
+        } else {
+            snprintf(why, sizeof why, "%s", e);
+        }
+    }
+    (void) unsetenv("OPENIB_PORT_INDEX");
+    (void) unsetenv("OPENIB_HOST_SLOT");
+    if (0 == c->num_modules) {
+        if (OPENIB_OK != rc) {
+            no_module(rc, why);
+        }
         return NULL;
     }
     /* btl_oib_connect_at_init connects in the first add_procs (mca_btl_oib_connect_at_init):
      * peers' modex can be read only after Open MPI's fence, which runs after btl_init. */
-    mca_btl_base_module_t **modules = malloc(sizeof *modules);
+    mca_btl_base_module_t **modules = malloc((size_t) c->num_modules * sizeof *modules);
     if (NULL == modules) {
-        (void) m->super.btl_finalize(&m->super);
+        for (int i = c->num_modules - 1; i >= 0; i--) {
+            (void) c->modules[i]->super.btl_finalize(&c->modules[i]->super);
+        }
         return NULL;
     }
-    modules[0] = &m->super;
-    mca_btl_oib_component.module = m;
-    *num_btls = 1;
-    opal_output_verbose(10, OIB_OUT, "btl: oib: one module (rank %u of %u, eager limit %zu)",
-                        m->rank, m->size, m->super.btl_eager_limit);
+    for (int i = 0; i < c->num_modules; i++) {
+        modules[i] = &c->modules[i]->super;
+    }
+    c->module = c->modules[0];
+    *num_btls = c->num_modules;
+    mca_btl_oib_module_t *m = c->modules[0];
+    if (1 == c->num_modules) {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: one module (rank %u of %u, eager limit %zu)",
+                            m->rank, m->size, m->super.btl_eager_limit);
+    } else {
+        opal_output_verbose(10, OIB_OUT, "btl: oib: %d modules, one per usable port (rank %u "
+                            "of %u, eager limit %zu)", c->num_modules, m->rank, m->size,
+                            m->super.btl_eager_limit);
+    }
     return modules;
+}
+
+void mca_btl_oib_component_forget(mca_btl_oib_module_t *m)
+{
+    mca_btl_oib_component_t *c = &mca_btl_oib_component;
+    for (int i = 0; i < c->num_modules; i++) {
+        if (c->modules[i] == m) {
+            c->modules[i] = NULL;
+        }
+    }
 }
 
 void mca_btl_oib_connect_at_init(mca_btl_oib_module_t *m)
@@ -423,6 +533,13 @@ void mca_btl_oib_connect_at_init(mca_btl_oib_module_t *m)
 
 static int oib_progress(void)
 {
-    mca_btl_oib_module_t *m = mca_btl_oib_component.module;
-    return NULL == m ? 0 : mca_btl_oib_module_progress(m);
+    mca_btl_oib_component_t *c = &mca_btl_oib_component;
+    int n = 0;
+    for (int i = 0; i < c->num_modules; i++) {
+        mca_btl_oib_module_t *m = c->modules[i];
+        if (NULL != m) {
+            n += mca_btl_oib_module_progress(m);
+        }
+    }
+    return n;
 }

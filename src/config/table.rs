@@ -77,6 +77,20 @@ pub static SETTINGS: &[Setting] = &[
     .allowed_text("a comma-separated list of DEVICE or DEVICE:PORT (e.g. mlx5_0,mlx5_1:2)")
     .checked(port_filter),
     Setting::new(
+        "OPENIB_PORT_INDEX",
+        C::Ports,
+        Kind::Int { min: 0, max: 255 },
+        Some("0"),
+        "serve the N-th usable port (after OPENIB_IF_INCLUDE / OPENIB_IF_EXCLUDE, in discovery order; 0: the first); the oib BTL opens one transport per usable port this way",
+    ),
+    Setting::new(
+        "OPENIB_HOST_SLOT",
+        C::Ports,
+        Kind::Int { min: 0, max: 63 },
+        Some("0"),
+        "on a host's runtime (the oib BTL): the modex slot this transport publishes under (0: key oibH, N: oibH<N>) when a process opens one transport per port; slots are contiguous from 0",
+    ),
+    Setting::new(
         "OPENIB_GID_INDEX",
         C::Ports,
         Kind::Int {

@@ -495,6 +495,12 @@ impl Transport {
         self.rt.info().size
     }
 
+    /// The port this transport serves, `device:port` (e.g. `rxe0:1`).
+    pub fn port_name(&self) -> String {
+        let p = self.w.port();
+        format!("{}:{}", p.ctx.name(), p.port)
+    }
+
     pub fn runtime(&self) -> &dyn Runtime {
         self.rt.as_ref()
     }

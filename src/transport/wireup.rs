@@ -220,22 +220,28 @@ impl Wireup {
         let bytes = blob
             .encode(crate::modex::Compression::default())
             .map_err(crate::modex::exchange::ExchangeError::from)?;
-        rt.put(crate::runtime::Scope::Global, KEY_HOST, &bytes)?;
+        let slot =
+            crate::config::u32("OPENIB_HOST_SLOT").map_err(|e| PingError::Setup(e.to_string()))?;
+        let key = host_key(slot);
+        rt.put(crate::runtime::Scope::Global, &key, &bytes)?;
         rt.commit()?;
         let allow_cross_subnet = crate::config::bool("OPENIB_ALLOW_CROSS_SUBNET")
             .map_err(|e| PingError::Setup(e.to_string()))?;
         let local_view = [port_view(&node.blob, my_index)];
         tracing::debug!(
             bytes = bytes.len(),
+            key,
+            port = %node.port_names[my_index],
             "modex published on the host's runtime; peers are read on demand"
         );
+        let my_subnet = node.blob.ports[my_index].subnet_id;
         Ok(Wireup {
             me: info.rank,
             services: svc,
             table: crate::modex::exchange::PeerTable {
                 peers: Vec::new(),
                 mode: ExchangeMode::OnDemand,
-                my_put_bytes: KEY_HOST.len() + bytes.len(),
+                my_put_bytes: key.len() + bytes.len(),
                 failed: Vec::new(),
             },
             plans: BTreeMap::new(),
@@ -253,6 +259,9 @@ impl Wireup {
                 size: info.size,
                 timeout: cfg.timeout,
                 removed: Default::default(),
+                slot,
+                my_subnet,
+                own_lower: None,
             }),
         })
     }
@@ -263,11 +272,23 @@ impl Wireup {
     /// outside the job.
     pub fn resolve(&mut self, rt: &dyn Runtime, peer: u32) -> Option<&Result<CpcId, String>> {
         if !self.plans.contains_key(&peer) {
-            let od = self.on_demand.as_ref()?;
-            if peer == self.me || peer >= od.size || od.removed.contains(&peer) {
+            let me = self.me;
+            let od = self.on_demand.as_mut()?;
+            if peer == me || peer >= od.size || od.removed.contains(&peer) {
                 return None;
             }
-            let plan = od.read_peer(rt, peer).and_then(|p| {
+            if od.own_lower.is_none() {
+                match od.own_lower_subnets(rt, me) {
+                    Ok(v) => od.own_lower = Some(v),
+                    Err(why) => tracing::warn!(why = %why, "own modex slots unreadable"),
+                }
+            }
+            let od = self.on_demand.as_ref()?;
+            let plan = match &od.own_lower {
+                Some(lower) => od.read_peer(rt, peer, lower),
+                None => Err("this process's own lower modex slots cannot be read".to_string()),
+            }
+            .and_then(|p| {
                 od.pairing
                     .plan_peer(&mut self.services, &mut self.orders, &od.ads, &p)
             });
@@ -349,8 +370,22 @@ impl Wireup {
         let node: NodeBuild = build_node(&unfiltered, &topo, cfg.derive.gid_index, &host, &cpc_cfg)
             .map_err(|e| PingError::Setup(e.to_string()))?;
 
-        // The one port this process serves: its first usable port.
-        let Some(port) = discovery.usable().next() else {
+        // The one port this transport serves: the OPENIB_PORT_INDEX-th usable port (0, the
+        // first, unless a host opens one transport per port: the oib BTL).
+        let port_index = crate::config::u32("OPENIB_PORT_INDEX")
+            .map_err(|e| PingError::Setup(e.to_string()))? as usize;
+        let usable = discovery.usable().count();
+        if port_index > 0 && port_index >= usable {
+            return Err(PingError::Setup(format!(
+                "OPENIB_PORT_INDEX={port_index}: there are only {usable} usable ports ({})",
+                discovery
+                    .usable()
+                    .map(|p| p.name())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let Some(port) = discovery.usable().nth(port_index) else {
             let why: Vec<String> = discovery
                 .ports
                 .iter()
@@ -728,6 +763,27 @@ impl Pairing {
     }
 }
 
+/// The names (`device:port`) of the usable ports under `derive`'s filters, in the order
+/// `OPENIB_PORT_INDEX` counts them: what a host that opens one transport per port iterates.
+pub fn usable_port_names(derive_cfg: &DeriveConfig) -> Result<Vec<String>, PingError> {
+    let scan = openib_ports::hw::read_topology().map_err(|e| PingError::Setup(e.to_string()))?;
+    let discovery = derive(&scan.topology, derive_cfg);
+    Ok(discovery.usable().map(|p| p.name()).collect())
+}
+
+/// The modex key of host slot `slot` ([`Wireup::open_host`]): [`KEY_HOST`] for slot 0 (what a
+/// process with one transport has always published), `oibH<slot>` for the others.
+pub fn host_key(slot: u32) -> String {
+    if slot == 0 {
+        KEY_HOST.to_string()
+    } else {
+        format!("{KEY_HOST}{slot}")
+    }
+}
+
+/// The most transports (ports) of one process read on a host's runtime.
+pub const MAX_HOST_SLOTS: u32 = 64;
+
 /// Reading peers on demand from a host's runtime.
 struct OnDemand {
     pairing: Pairing,
@@ -738,20 +794,113 @@ struct OnDemand {
     timeout: Duration,
     /// Peers removed by `del_procs`: never read again.
     removed: std::collections::BTreeSet<u32>,
+    /// This transport's modex slot (`OPENIB_HOST_SLOT`: one per transport of the process).
+    slot: u32,
+    /// The subnet id of this transport's port.
+    my_subnet: u64,
+    /// The subnets of this process's transports in lower slots (read from its own modex on
+    /// first use: after the host's fence).
+    own_lower: Option<Vec<Option<u64>>>,
+}
+
+/// Pairing of the transports of two processes, one per port each (symmetric by
+/// construction): slot `slot` of a process whose slots serve subnets `own` pairs with the
+/// `k`-th slot of the peer (subnets `peer`) on its subnet, where it is itself the `k`-th of its
+/// process's slots on that subnet, in slot order; `None` when the peer has fewer slots on it.
+/// With `cross` (OPENIB_ALLOW_CROSS_SUBNET) every slot counts whatever its subnet (slot k pairs
+/// with slot k). Open MPI's openib BTL pairs its ports by subnet in the same spirit.
+pub fn paired_slot(
+    own: &[Option<u64>],
+    slot: usize,
+    peer: &[Option<u64>],
+    cross: bool,
+) -> Option<usize> {
+    let mine = *own.get(slot)?;
+    let same = |x: &Option<u64>| cross || (x.is_some() && *x == mine);
+    let k = own[..slot].iter().filter(|x| same(x)).count();
+    peer.iter()
+        .enumerate()
+        .filter(|(_, x)| same(x))
+        .nth(k)
+        .map(|(j, _)| j)
+}
+
+/// The subnet id of the one port a peer's host value serves.
+fn served_subnet(p: &Peer) -> Option<u64> {
+    let i = p.proc_blob.ports.iter().next()?;
+    p.node_blob.ports.get(i).map(|np| np.subnet_id)
 }
 
 impl OnDemand {
-    /// `peer` rebuilt from its [`KEY_HOST`] value, or why it is unreachable.
-    fn read_peer(&self, rt: &dyn Runtime, peer: u32) -> Result<Peer, String> {
-        let b = match rt.get(peer, KEY_HOST, self.timeout) {
-            Ok(b) => b,
-            Err(crate::runtime::RuntimeError::NotFound { .. }) => {
-                return Err(format!(
-                    "rank {peer} published no openib modex (it has no usable port, or does not \
-                     use this transport)"
-                ))
+    /// The subnets of this process's transports in the slots below this one (read back
+    /// from its own modex: after the host's fence).
+    fn own_lower_subnets(&self, rt: &dyn Runtime, me: u32) -> Result<Vec<Option<u64>>, String> {
+        (0..self.slot)
+            .map(|s| match self.read_slot(rt, me, s)? {
+                Some(p) => Ok(served_subnet(&p)),
+                None => Err(format!(
+                    "this process's own modex slot {s} cannot be read (a host opening one \
+                     transport per port numbers them from 0 without gaps)"
+                )),
+            })
+            .collect()
+    }
+
+    /// The transport of `peer` this one pairs with ([`paired_slot`]), rebuilt from its host
+    /// value, or why it is unreachable.
+    fn read_peer(
+        &self,
+        rt: &dyn Runtime,
+        peer: u32,
+        own_lower: &[Option<u64>],
+    ) -> Result<Peer, String> {
+        let mut values = Vec::new();
+        for s in 0..MAX_HOST_SLOTS {
+            match self.read_slot(rt, peer, s)? {
+                Some(p) => values.push(p),
+                None => break,
             }
-            Err(e) => return Err(format!("rank {peer}'s modex cannot be read: {e}")),
+        }
+        if values.is_empty() {
+            return Err(format!(
+                "rank {peer} published no openib modex (it has no usable port, or does not \
+                 use this transport)"
+            ));
+        }
+        let subnets: Vec<Option<u64>> = values.iter().map(served_subnet).collect();
+        let mut own = own_lower.to_vec();
+        own.push(Some(self.my_subnet));
+        let cross = self.pairing.allow_cross_subnet;
+        match paired_slot(&own, own_lower.len(), &subnets, cross) {
+            Some(j) => Ok(values.swap_remove(j)),
+            None => Err(format!(
+                "rank {peer} has no port to pair with this one ({}, on subnet {:#018x}, this \
+                 process's port number {} on it): rank {peer} serves {}",
+                self.pairing.node.port_names[self.pairing.my_index],
+                self.my_subnet,
+                own.iter()
+                    .filter(|x| cross || **x == Some(self.my_subnet))
+                    .count(),
+                subnets
+                    .iter()
+                    .enumerate()
+                    .map(|(s, x)| format!(
+                        "slot {s} on subnet {}",
+                        x.map_or("?".to_string(), |x| format!("{x:#018x}"))
+                    ))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )),
+        }
+    }
+
+    /// `rank`'s value of slot `slot` (`None`: it published none), checked and rebuilt.
+    fn read_slot(&self, rt: &dyn Runtime, peer: u32, slot: u32) -> Result<Option<Peer>, String> {
+        let key = host_key(slot);
+        let b = match rt.get(peer, &key, self.timeout) {
+            Ok(b) => b,
+            Err(crate::runtime::RuntimeError::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(format!("rank {peer}'s modex ({key}) cannot be read: {e}")),
         };
         let nb =
             NodeBlob::decode(&b).map_err(|e| format!("rank {peer}'s modex is malformed: {e}"))?;
@@ -768,14 +917,14 @@ impl OnDemand {
         }
         let proc_blob = procs.remove(0);
         crate::modex::exchange::check(peer, &nb, &proc_blob).map_err(|e| e.to_string())?;
-        Ok(Peer {
+        Ok(Some(Peer {
             rank: peer,
             node: String::new(),
             leader: peer,
             node_blob: std::sync::Arc::new(nb),
             proc_blob,
-            put_bytes: KEY_HOST.len() + b.len(),
-        })
+            put_bytes: key.len() + b.len(),
+        }))
     }
 }
 
@@ -1053,6 +1202,51 @@ fn add_peer(svc: &mut Services, cpc: CpcId, peer: &Peer, pi: usize) -> Result<()
 mod tests {
     use super::*;
     use crate::modex::build::{build_node, proc_ports};
+
+    #[test]
+    fn host_keys_keep_oibh_for_the_first_slot() {
+        assert_eq!(host_key(0), KEY_HOST);
+        assert_eq!(host_key(1), "oibH1");
+        assert_eq!(host_key(63), "oibH63");
+    }
+
+    #[test]
+    fn ports_pair_by_subnet_in_slot_order() {
+        let (a, b) = (Some(0xa), Some(0xb));
+        // Same layout: slot i pairs with slot i.
+        assert_eq!(paired_slot(&[a, a], 0, &[a, a], false), Some(0));
+        assert_eq!(paired_slot(&[a, a], 1, &[a, a], false), Some(1));
+        // The peer's first port is on another subnet: my slot 0 (subnet b) pairs with its 1.
+        assert_eq!(paired_slot(&[b], 0, &[a, b], false), Some(1));
+        assert_eq!(paired_slot(&[a, b], 1, &[b], false), Some(0));
+        // No port of the peer on my subnet, or fewer than my place on it: unpaired.
+        assert_eq!(paired_slot(&[a, a], 1, &[a, b], false), None);
+        assert_eq!(paired_slot(&[b], 0, &[a], false), None);
+        // An unknown subnet pairs with nothing; cross-subnet pairs slot k with slot k.
+        assert_eq!(paired_slot(&[None], 0, &[None], false), None);
+        assert_eq!(paired_slot(&[a, b], 1, &[b, a], true), Some(1));
+        assert_eq!(paired_slot(&[a], 3, &[a], false), None);
+    }
+
+    proptest::proptest! {
+        /// Symmetric: whatever the two layouts, if slot i of A pairs with slot j of B, slot j
+        /// of B pairs with slot i of A (both sides pick the same pair, or the CPC handshakes
+        /// never meet), and no two slots of A take the same slot of B.
+        #[test]
+        fn pairing_is_symmetric_and_one_to_one(
+            a in proptest::collection::vec(proptest::option::weighted(0.9, 0u64..3), 0..6),
+            b in proptest::collection::vec(proptest::option::weighted(0.9, 0u64..3), 0..6),
+            cross in proptest::bool::ANY,
+        ) {
+            let mut taken = std::collections::BTreeSet::new();
+            for i in 0..a.len() {
+                if let Some(j) = paired_slot(&a, i, &b, cross) {
+                    proptest::prop_assert_eq!(paired_slot(&b, j, &a, cross), Some(i));
+                    proptest::prop_assert!(taken.insert(j));
+                }
+            }
+        }
+    }
 
     fn node(fixture: &str, include: Option<&str>) -> (NodeBuild, Discovery) {
         node_with(fixture, include, None)

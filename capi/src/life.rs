@@ -288,7 +288,9 @@ pub unsafe extern "C" fn openib_connect_all(t: *mut openib_t, timeout_ms: u32) -
 /// Removes the endpoints of `peers[0..n]` ([`Transport::del_procs`]): their queued and
 /// in-flight operations complete with [`OPENIB_ERR_ENDPOINT_FAILED`], their connections are
 /// released, and later operations to them give [`OPENIB_ERR_BAD_PEER`]. A rank outside the job
-/// is [`OPENIB_ERR_BAD_PEER`] (nothing removed); the own rank and removed ranks are ignored.
+/// is [`OPENIB_ERR_BAD_PEER`] (nothing removed); ranks removed before are ignored. The own
+/// rank is removed like any other (its loopback endpoint; later calls naming it give
+/// [`OPENIB_ERR_BAD_PEER`]).
 ///
 /// # Safety
 /// `t` is NULL or a live handle; `peers` is readable for `n` ranks (NULL when `n` is 0 is

@@ -203,9 +203,15 @@ fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
 /// 24-byte handle, btl_put and btl_get of 512 KiB + 3 checked byte by byte, btl_flush
 /// (returns only after the callbacks), 10 fetching adds with every old value, 2
 /// compare-and-swaps, a non-fetching add, the final counters at their owner, the refusal of
-/// 32-bit, AND and misaligned atomics, btl_deregister_mem. The finalize counters agree: one
-/// put, one get and 13 atomics per rank. Before the component had them these entry points
-/// were NULL (the program then finds no oib among the RDMA BTLs and aborts).
+/// 32-bit, AND and misaligned atomics, btl_deregister_mem. Then each rank's own rank through
+/// oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
+/// send nor an eager one (ob1 sends to itself through self), a put and a get of 512 KiB + 3 to
+/// itself checked byte by byte, 10 fetching adds on its own counter while the peer runs 10 on
+/// it (old values 0..19 once each across both ranks), compare-and-swaps and an add on its own
+/// memory. The finalize counters agree: two puts, two gets and 36 atomics per rank. Before the
+/// component had them these entry points were NULL (the program then finds no oib among the
+/// RDMA BTLs and aborts); before the own rank was reachable, it found no oib on its own
+/// endpoint and aborted.
 #[test]
 fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     if harness::skip_guest("softroce_ompi_oib btl rdma") {
@@ -234,8 +240,8 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
             "rank {r}:\n{text}"
         );
         let want = format!(
-            "btl: oib: rank {r}: rdma: 1 registrations, 1 puts (524291 bytes), 1 gets \
-             (524291 bytes), 13 atomics"
+            "btl: oib: rank {r}: rdma: 1 registrations, 2 puts (1048582 bytes), 2 gets \
+             (1048582 bytes), 36 atomics"
         );
         assert!(text.contains(&want), "rank {r}: no '{want}':\n{text}");
     }

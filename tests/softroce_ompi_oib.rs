@@ -203,15 +203,15 @@ fn btl_rdma_program() -> Result<std::path::PathBuf, prereq::Unmet> {
 /// 24-byte handle, btl_put and btl_get of 512 KiB + 3 checked byte by byte, btl_flush
 /// (returns only after the callbacks), 10 fetching adds with every old value, 2
 /// compare-and-swaps, a non-fetching add, the final counters at their owner, the refusal of
-/// 32-bit, AND and misaligned atomics, btl_deregister_mem. Then each rank's own rank through
-/// oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
+/// 32-bit, AND and misaligned atomics, btl_deregister_mem. Then, with `btl_oib_own_rank 1`,
+/// each rank's own rank through oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
 /// send nor an eager one (ob1 sends to itself through self), a put and a get of 512 KiB + 3 to
 /// itself checked byte by byte, 10 fetching adds on its own counter while the peer runs 10 on
 /// it (old values 0..19 once each across both ranks), compare-and-swaps and an add on its own
 /// memory. The finalize counters agree: two puts, two gets and 36 atomics per rank. Before the
 /// component had them these entry points were NULL (the program then finds no oib among the
 /// RDMA BTLs and aborts); before the own rank was reachable, it found no oib on its own
-/// endpoint and aborted.
+/// endpoint and aborted, as it does without the setting (its default, checked too).
 #[test]
 fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     if harness::skip_guest("softroce_ompi_oib btl rdma") {
@@ -227,7 +227,10 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     let script = format!(
         "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
          echo '=== btl-rdma'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
-         --mca btl self,oib --mca btl_base_verbose 5 {exe} 2>&1; echo \"exit $?\"\n\
+         --mca btl self,oib --mca btl_oib_own_rank 1 --mca btl_base_verbose 5 {exe} 2>&1; \
+         echo \"exit $?\"\n\
+         echo '=== default'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,oib {exe} 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n",
         exe = exe.display()
     );
@@ -245,6 +248,15 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
         );
         assert!(text.contains(&want), "rank {r}: no '{want}':\n{text}");
     }
+    // btl_oib_own_rank is off by default: the own rank is left to self (the program stops
+    // where it looks for oib on its own endpoint, after the peer part passed).
+    let text = harness::section(&out, "default").unwrap_or_else(|| panic!("no default: {out}"));
+    assert!(
+        !text.contains("exit 0")
+            && text.contains("is not an RDMA BTL of the own rank's endpoint")
+            && !text.contains("a put byte differs"),
+        "without btl_oib_own_rank:\n{text}"
+    );
 }
 
 /// A job mixing ranks with and without a usable port (issue 30): rank 2 runs with

@@ -89,7 +89,8 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
          * sending to itself through the self BTL (higher exclusivity: the BML puts oib only
          * in the endpoint's RDMA list, which ob1 does not use for a BTL outside the eager
          * list). */
-        if (p->proc_name.jobid != me.jobid || rank >= m->size) {
+        if (p->proc_name.jobid != me.jobid || rank >= m->size
+            || (rank == m->rank && !mca_btl_oib_component.own_rank)) {
             continue;
         }
         /* Reads the peer's modex the first time: a peer that published none (no usable port)

@@ -45,6 +45,12 @@ const ECHO: u8 = 5;
 const KEY: u8 = 6;
 const OLDS: u8 = 7;
 const BYE: u8 = 8;
+/// Rank 0's lock region, and rank 1's "done with the lock".
+const LOCK_KEY: u8 = 9;
+const LOCK_DONE: u8 = 10;
+/// Lock rounds per rank.
+const LOCKS: u64 = 40;
+const EXCL: u64 = 1 << 63;
 /// Fetch-and-adds per rank and counter.
 const ADDS: u64 = 150;
 const RDMA_LEN: usize = 1 << 20;
@@ -118,7 +124,7 @@ fn rank(mode: &str) -> Result<(), String> {
     let got: Got = Arc::default();
     let in_send = Arc::new(AtomicBool::new(false));
     let nested = Arc::new(AtomicUsize::new(0));
-    for tag in [DATA, ECHO, KEY, OLDS, BYE] {
+    for tag in [DATA, ECHO, KEY, OLDS, BYE, LOCK_KEY, LOCK_DONE] {
         let (g, s, n) = (got.clone(), in_send.clone(), nested.clone());
         t.on_tag(
             tag,
@@ -221,12 +227,14 @@ fn rank(mode: &str) -> Result<(), String> {
     want.push((ECHO, echo));
 
     let deadline = Instant::now() + timeout;
-    while got.lock().unwrap().len() < want.len() {
+    // The peer's first message (its counter's region) may come in meanwhile: it stays.
+    let from_me = |g: &Got| g.lock().unwrap().iter().filter(|m| m.0 == me).count();
+    while from_me(&got) < want.len() {
         t.progress().map_err(e)?;
         if Instant::now() > deadline {
             return Err(format!(
                 "{} of {} messages to the own rank in {timeout:?}: {}",
-                got.lock().unwrap().len(),
+                from_me(&got),
                 want.len(),
                 t.debug_endpoint(me)
             ));
@@ -234,7 +242,8 @@ fn rank(mode: &str) -> Result<(), String> {
     }
     {
         let g = got.lock().unwrap();
-        for (k, ((peer, tag, data), (wtag, wdata))) in g.iter().zip(&want).enumerate() {
+        let mine = g.iter().filter(|m| m.0 == me);
+        for (k, ((peer, tag, data), (wtag, wdata))) in mine.zip(&want).enumerate() {
             if *peer != me || tag != wtag || data != wdata {
                 return Err(format!(
                     "message {k} to the own rank: from {peer} tag {tag} {} bytes; want from \
@@ -245,7 +254,7 @@ fn rank(mode: &str) -> Result<(), String> {
             }
         }
     }
-    got.lock().unwrap().clear();
+    got.lock().unwrap().retain(|m| m.0 != me);
     let echo = echo_token.lock().unwrap().take();
     tokens.insert(echo.ok_or("the echo's send returned no token")?, "echo");
     if nested.load(Ordering::SeqCst) != 0 {
@@ -388,6 +397,10 @@ fn rank(mode: &str) -> Result<(), String> {
         return Err(format!("operations without a completion: {tokens:?}"));
     }
 
+    if let Some(p) = peer {
+        lock_at_rank_0(&mut t, &got, p, &mut tokens, timeout)?;
+    }
+
     // Removed: the own rank is gone, the peer's endpoint is not.
     t.del_procs(&[me]);
     if !matches!(t.send(me, DATA, b"x"), Err(TransportError::BadPeer { .. }))
@@ -457,4 +470,99 @@ fn wait_for(
             return Err(format!("no message {tag} from rank {from} in {timeout:?}"));
         }
     }
+}
+
+/// A lock in rank 0's memory taken by both ranks, as Open MPI's osc rdma takes its
+/// accumulate lock: compare-and-swap 0 -> `EXCL` until the old value is 0, then a read and a
+/// write of a count under the lock (not atomic: two holders at once would lose an increment),
+/// then release by adding `EXCL` (wrapping to 0). Rank 0 goes through its loopback endpoint,
+/// rank 1 through its connection; the count ends at both ranks' rounds and the lock free.
+fn lock_at_rank_0(
+    t: &mut Transport,
+    got: &Got,
+    peer: u32,
+    tokens: &mut HashMap<u64, &str>,
+    timeout: Duration,
+) -> Result<(), String> {
+    let e = |e: TransportError| e.to_string();
+    let me = t.rank();
+    let lock = t.register(16).map_err(e)?;
+    let scratch = t.register(16).map_err(e)?;
+    let target = if me == 0 {
+        let r = RemoteRegion::of(lock.as_ref());
+        tokens.insert(
+            t.send(peer, LOCK_KEY, &r.encode()).map_err(e)?,
+            "lock key to the peer",
+        );
+        r
+    } else {
+        let m = wait_for(t, got, peer, LOCK_KEY, timeout)?;
+        RemoteRegion::decode(&m).ok_or("a malformed lock region")?
+    };
+    let (owner, label) = if me == 0 {
+        (me, "lock")
+    } else {
+        (peer, "lock peer")
+    };
+    let deadline = Instant::now() + timeout;
+    let mut spins = 0u64;
+    for _ in 0..LOCKS {
+        loop {
+            tokens.insert(
+                t.compare_swap(owner, &scratch, 0, target, 0, 0, EXCL)
+                    .map_err(e)?,
+                label,
+            );
+            let done = t.flush(timeout).map_err(e)?;
+            check_done_peers(&done, me, Some(peer), tokens)?;
+            if scratch.read_u64(0).map_err(|x| x.to_string())? == 0 {
+                break;
+            }
+            spins += 1;
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "the lock at rank 0 never came free ({spins} tries)"
+                ));
+            }
+        }
+        tokens.insert(t.get(owner, &scratch, 8, target, 8, 8).map_err(e)?, label);
+        let done = t.flush(timeout).map_err(e)?;
+        check_done_peers(&done, me, Some(peer), tokens)?;
+        let count = scratch.read_u64(8).map_err(|x| x.to_string())?;
+        let mut next = MemoryRegion::alloc(t.protection_domain(), 8, Access::ALL)
+            .map_err(|x| x.to_string())?;
+        next.write_at(0, &(count + 1).to_ne_bytes())
+            .map_err(|x| x.to_string())?;
+        let next = Arc::new(next);
+        tokens.insert(t.put(owner, &next, 0, target, 8, 8).map_err(e)?, label);
+        let done = t.flush(timeout).map_err(e)?;
+        check_done_peers(&done, me, Some(peer), tokens)?;
+        tokens.insert(
+            t.fetch_add(owner, &scratch, 0, target, 0, EXCL)
+                .map_err(e)?,
+            label,
+        );
+        let done = t.flush(timeout).map_err(e)?;
+        check_done_peers(&done, me, Some(peer), tokens)?;
+    }
+    if me == 0 {
+        wait_for(t, got, peer, LOCK_DONE, timeout)?;
+        let (l, c) = (
+            lock.read_u64(0).map_err(|x| x.to_string())?,
+            lock.read_u64(8).map_err(|x| x.to_string())?,
+        );
+        if (l, c) != (0, 2 * LOCKS) {
+            return Err(format!(
+                "lock word {l:#x} and count {c} after {} rounds ({spins} tries here)",
+                2 * LOCKS
+            ));
+        }
+        println!("rank 0: lock ok ({spins} busy tries)");
+    } else {
+        tokens.insert(
+            t.send(peer, LOCK_DONE, b"").map_err(e)?,
+            "lock done to the peer",
+        );
+    }
+    Ok(())
 }

@@ -165,10 +165,18 @@ int openib_port_name(openib_t *t, char *buf, size_t len);
 
 /* Whether rank `peer` can be reached: 1 yes (a port pair and a CPC connect to it; the
  * connection itself is made on first use), 0 no (openib_last_error says why: it published no
- * modex, no common subnet or CPC, or it is this process), or a negative error
+ * modex, no common subnet or CPC, or it was removed), or a negative error
  * (OPENIB_ERR_BAD_PEER for a rank outside the job). On a handle of openib_open_runtime the
  * first call for a peer reads its modex through the host's get. */
 int openib_reachable(openib_t *t, uint32_t peer);
+
+/* This process's own rank is a peer like any other: openib_reachable gives 1 for it, and
+ * openib_send, openib_send_mem, openib_send_nocopy, openib_sendi, openib_put, openib_get, the
+ * atomics and their *_addr forms take it. Its endpoint is a loopback queue pair made on first
+ * use: a message to oneself reaches the callback from a later openib_progress call (never from
+ * inside the send), its completion names the own rank, and puts, gets and atomics on one's
+ * own registered memory go through the device, atomic with peers' atomics on the same words.
+ * openib_del_procs removes it like any other rank. */
 
 /* Closes the handle: first flushes for up to 10 s (as openib_flush: receive callbacks may
  * still run), then releases every connection, queue pair, cached registration and the port,
@@ -368,8 +376,8 @@ int openib_connect_all(openib_t *t, uint32_t timeout_ms);
  * processes leave the job: their queued and in-flight operations complete with status
  * OPENIB_ERR_ENDPOINT_FAILED (poll them), their connections and buffers are released, and
  * later operations to them give OPENIB_ERR_BAD_PEER. The peers are not told (they remove this
- * rank themselves). A rank outside the job gives OPENIB_ERR_BAD_PEER and removes nothing; this
- * process's own rank and ranks removed before are ignored. */
+ * rank themselves). A rank outside the job gives OPENIB_ERR_BAD_PEER and removes nothing; ranks
+ * removed before are ignored; this process's own rank is removed like any other. */
 int openib_del_procs(openib_t *t, const uint32_t *peers, size_t n);
 
 /* Makes ranks removed by openib_del_procs peers again (an MPI layer adding back a process it

@@ -171,3 +171,9 @@ fn exchange_compiles_against_the_header_and_library() {
     let exe = support::compile_linked("exchange");
     assert!(exe.is_file());
 }
+
+#[test]
+fn own_rank_compiles_against_the_header_and_library() {
+    let exe = support::compile_linked("own_rank");
+    assert!(exe.is_file());
+}

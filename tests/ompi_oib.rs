@@ -112,6 +112,7 @@ fn ompi_info_lists_oib_and_its_parameters() {
         "btl_oib_recv_depth",
         "btl_oib_connect_at_init",
         "btl_oib_connect_timeout",
+        "btl_oib_own_rank",
         "btl_oib_eager_limit",
         "btl_oib_max_send_size",
         "btl_oib_exclusivity",

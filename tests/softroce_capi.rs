@@ -133,3 +133,48 @@ fn caller_memory_registered_for_put_get_and_atomics_by_address() {
     }
     eprint!("{text}");
 }
+
+/// `tests/c/own_rank.c`: the C ABI to the process's own rank (issue 30: `osc rdma` needs an
+/// endpoint to the caller itself). In jobs of 1 and 2 ranks, each rank finds itself reachable,
+/// sends itself every size class (sendi with BUSY retries, `openib_send_mem`,
+/// `openib_send_nocopy`, an answer sent from inside a callback), each message from the own
+/// rank, in order, every byte checked and none delivered inside the send call; puts and gets
+/// its own memory by offset and by address (malloc'd memory registered at an odd address),
+/// every byte and the guard bytes checked; 44 atomics with every old value; every completion
+/// names the own rank; after `openib_del_procs` of the own rank sends give
+/// `OPENIB_ERR_BAD_PEER`.
+#[test]
+fn c_program_sends_puts_gets_and_atomics_to_its_own_rank() {
+    if harness::skip_guest("softroce_capi own_rank") {
+        return;
+    }
+    let exe = support::compile_linked("own_rank");
+    let dir = exe.parent().expect("dir").display().to_string();
+    let b = env!("CARGO_BIN_EXE_openib");
+    let script = format!(
+        "cd {dir} || exit 1\n\
+         echo '=== one'; {b} run -n 1 --timeout 240 -- ./own_rank 2>&1 || echo FAILED\n\
+         echo '=== two'; {b} run -n 2 --timeout 240 -- ./own_rank 2>&1 || echo FAILED\n\
+         echo '=== small'; OPENIB_EAGER_LIMIT=256 OPENIB_RECV_DEPTH=16 {b} run -n 2 --timeout 240 -- ./own_rank 2>&1 || echo FAILED\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    for (section, n) in [("one", 1), ("two", 2), ("small", 2)] {
+        let text = harness::section(&out, section).unwrap_or_else(|| panic!("no {section}: {out}"));
+        assert!(!text.contains("FAILED"), "{section}:\n{text}");
+        for rank in 0..n {
+            let want = format!("own_rank: rank {rank} ok: 214 messages to itself (");
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&want))
+                .unwrap_or_else(|| panic!("{section}: no summary of rank {rank}:\n{text}"));
+            assert!(
+                line.contains(
+                    "echo 1, put/get 1048568 B and 65535 B by address, 44 atomics, del_procs ok"
+                ),
+                "{line}"
+            );
+        }
+        eprint!("{section}:\n{text}");
+    }
+}

@@ -204,8 +204,9 @@ pub unsafe extern "C" fn openib_open_runtime(
 }
 
 /// Whether rank `peer` can be reached: 1 yes (a port pair and a CPC connect to it; the
-/// connection is still made on first use), 0 no (`openib_last_error` says why: it published
-/// no modex, no common subnet or CPC, or it is this process), or a negative error
+/// connection is still made on first use; this process's own rank is reachable through a
+/// loopback queue pair, docs/TRANSPORT.md), 0 no (`openib_last_error` says why: it published
+/// no modex, no common subnet or CPC, or it was removed), or a negative error
 /// (`OPENIB_ERR_BAD_PEER` for a rank outside the job). On a handle of `openib_open_runtime`
 /// the first call for a peer reads its modex through the host's `get`.
 ///
@@ -218,13 +219,6 @@ pub unsafe extern "C" fn openib_reachable(t: *mut openib_t, peer: u32) -> c_int 
         let h = unsafe { handle(t) }?;
         if peer >= h.size {
             return Err(TransportError::BadPeer { peer, size: h.size }.into());
-        }
-        if peer == h.rank {
-            set_last_error(format!(
-                "openib_reachable: rank {peer} is this process (the transport has no endpoint \
-                 to its own rank)"
-            ));
-            return Ok(0);
         }
         let mut l = h.lock()?;
         match l.t().reachable(peer) {

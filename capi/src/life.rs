@@ -362,7 +362,9 @@ pub unsafe extern "C" fn openib_add_procs(t: *mut openib_t, peers: *const u32, n
 /// Removes the endpoints of `peers[0..n]` ([`Transport::del_procs`]): their queued and
 /// in-flight operations complete with [`OPENIB_ERR_ENDPOINT_FAILED`], their connections are
 /// released, and later operations to them give [`OPENIB_ERR_BAD_PEER`]. A rank outside the job
-/// is [`OPENIB_ERR_BAD_PEER`] (nothing removed); the own rank and removed ranks are ignored.
+/// is [`OPENIB_ERR_BAD_PEER`] (nothing removed); ranks removed before are ignored. The own
+/// rank is removed like any other (its loopback endpoint; later calls naming it give
+/// [`OPENIB_ERR_BAD_PEER`]).
 ///
 /// # Safety
 /// `t` is NULL or a live handle; `peers` is readable for `n` ranks (NULL when `n` is 0 is

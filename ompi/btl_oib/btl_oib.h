@@ -21,6 +21,11 @@
 
 #include "openib.h"
 
+/* btl_oib_own_rank's default: off until osc rdma runs over oib across nodes (with it on,
+ * osc rdma takes oib for every window, and an MPI_Fetch_and_op contended by a process and a
+ * peer on another node hung in the guest: docs/OMPI.md, "What does not work yet"). */
+#define OIB_OWN_RANK_DEFAULT false
+
 BEGIN_C_DECLS
 
 /* The component: Open MPI's component structure first (the loader reads it by that type),
@@ -44,6 +49,9 @@ typedef struct mca_btl_oib_component_t {
      * (openib_connect_all, up to connect_timeout ms) instead of on first use (the default
      * since every CPC starts a connection from either side of a pair). */
     bool connect_at_init;
+    /* btl_oib_own_rank: add_procs reports the own rank reachable (the transport's loopback
+     * endpoint), which makes osc rdma take oib for windows (docs/OMPI.md, "The own rank"). */
+    bool own_rank;
     int connect_timeout;
 
     /* The first module btl_init made (NULL: none; its finalize clears this). */

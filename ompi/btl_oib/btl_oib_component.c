@@ -131,6 +131,15 @@ static int oib_register(void)
         "MPI_Init time and a queue pair per peer; for benchmarks of the first message)",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->connect_at_init);
+    c->own_rank = OIB_OWN_RANK_DEFAULT;
+    (void) mca_base_component_var_register(
+        &c->super.btl_version, "own_rank",
+        "Report this process's own rank reachable through oib (a loopback queue pair; ob1 "
+        "still sends to itself through self). osc rdma takes a BTL for a window only if it "
+        "reaches every rank, the caller included: with this set it selects oib "
+        "(docs/OMPI.md, \"The own rank\", says what does not work yet)",
+        MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
+        &c->own_rank);
     c->connect_timeout = 60000;
     (void) mca_base_component_var_register(
         &c->super.btl_version, "connect_timeout",

@@ -116,8 +116,14 @@ static int oib_add_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
     for (size_t i = 0; i < nprocs; i++) {
         opal_proc_t *p = procs[i];
         uint32_t rank = p->proc_name.vpid;
-        /* Another job, ourselves (the self BTL's), or beyond our job: not reachable here. */
-        if (p->proc_name.jobid != me.jobid || rank == m->rank || rank >= m->size) {
+        /* Another job or beyond our job: not reachable here. Our own rank is reachable (the
+         * transport's loopback endpoint, made on first use): osc rdma takes a BTL only if it
+         * reaches every rank of a window's communicator, the caller included. ob1 keeps
+         * sending to itself through the self BTL (higher exclusivity: the BML puts oib only
+         * in the endpoint's RDMA list, which ob1 does not use for a BTL outside the eager
+         * list). */
+        if (p->proc_name.jobid != me.jobid || rank >= m->size
+            || (rank == m->rank && !mca_btl_oib_component.own_rank)) {
             continue;
         }
         /* A rank del_procs removed is a peer of the transport again first. */

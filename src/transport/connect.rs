@@ -69,7 +69,11 @@ impl Transport {
             // fail() released the endpoint's transfers; dropping it releases the QP, then
             // its buffers (field order).
             self.eps.remove(&p);
-            self.w.forget(p);
+            if p == self.rank() {
+                self.own_removed = true;
+            } else {
+                self.w.forget(p);
+            }
         }
     }
 
@@ -169,6 +173,80 @@ impl Transport {
                 self.fail(dead, FailureCause::PeerDied(dead));
             }
         }
+        Ok(())
+    }
+
+    /// The endpoint to this process's own rank, ready to take an operation: made on first use
+    /// (an idle one, from [`Transport::reachable`], is connected now). Its connection is a
+    /// loopback RC queue pair: created on the served port like a peer's (the prepare hook posts
+    /// its receive buffers) and moved to RTR and RTS with its own QP number, GID and LID as
+    /// the remote, so no CPC or modex takes part. Everything else is a peer's path: sequence
+    /// numbers, credits, bounce slots, rendezvous, completions, and the NIC for RDMA and
+    /// atomics (so they are atomic with a peer's atomics on the same word). After `del_procs`
+    /// of the own rank: [`TransportError::BadPeer`].
+    pub(super) fn own_endpoint(&mut self) -> Result<(), TransportError> {
+        let me = self.rank();
+        if self.own_removed {
+            return Err(TransportError::BadPeer {
+                peer: me,
+                size: self.size(),
+            });
+        }
+        if self.eps.get(&me).is_none() {
+            let ep = self.new_endpoint();
+            self.eps.insert(me, ep);
+        }
+        let ep = self.eps.get(&me).expect("inserted");
+        match &ep.state {
+            EndpointState::Connected => return Ok(()),
+            EndpointState::Failed(why) => {
+                return Err(TransportError::EndpointFailed {
+                    peer: me,
+                    why: why.clone(),
+                })
+            }
+            EndpointState::Idle | EndpointState::Connecting => {}
+        }
+        let made = (|| {
+            let port = self.w.port();
+            let (qp, local) = port.create_qp()?;
+            port.connect(&qp, local.psn, &local)?;
+            Ok::<_, openib_sys::Error>(Connection {
+                peer: me,
+                pair: 0,
+                qp,
+                local,
+                remote: local,
+                cm_id: None,
+            })
+        })();
+        let r = match made {
+            Ok(c) => {
+                let qpn = c.qp.qp_num();
+                match self.attach(c) {
+                    Ok(true) => Ok(()),
+                    Ok(false) => unreachable!("the own endpoint exists and has no connection"),
+                    Err(e) => {
+                        self.preposted
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .remove(&qpn);
+                        Err(e)
+                    }
+                }
+            }
+            Err(e) => Err(TransportError::from(e)),
+        };
+        if let Err(e) = r {
+            let why = format!("loopback queue pair to the own rank: {e}");
+            tracing::warn!(rank = me, error = %e, "no endpoint to the own rank");
+            self.fail(me, FailureCause::Connect(why.clone()));
+            return Err(TransportError::EndpointFailed { peer: me, why });
+        }
+        tracing::debug!(
+            rank = me,
+            "endpoint to the own rank connected (loopback QP)"
+        );
         Ok(())
     }
 

@@ -215,6 +215,8 @@ pub struct Transport {
     dropped_qps: DroppedQps,
     /// Sleeps on the completion channel handed out by [`Transport::arm_sleep`].
     sleeps: u64,
+    /// `del_procs` removed the endpoint to the own rank (it is not made again).
+    own_removed: bool,
 }
 
 impl Transport {
@@ -241,9 +243,21 @@ impl Transport {
     /// itself is made on first use, except over rdmacm, which the lower rank of the pair
     /// starts here at once, without waiting: [`Wireup::starts_at_once`]),
     /// [`TransportError::NoPath`] naming why not, and
-    /// [`TransportError::BadPeer`] for this process's own rank or a rank outside the job.
+    /// [`TransportError::BadPeer`] for a rank outside the job or a removed one. This process's
+    /// own rank is reachable: its endpoint (a loopback queue pair, see
+    /// [`Transport::peers`]) is made here and connected on first use.
     pub fn reachable(&mut self, peer: u32) -> Result<(), TransportError> {
         let size = self.size();
+        if peer == self.rank() {
+            if self.own_removed {
+                return Err(TransportError::BadPeer { peer, size });
+            }
+            if self.eps.get(&peer).is_none() {
+                let ep = self.new_endpoint();
+                self.eps.insert(peer, ep);
+            }
+            return Ok(());
+        }
         match self.w.resolve(self.rt.as_ref(), peer) {
             None => Err(TransportError::BadPeer { peer, size }),
             Some(Err(why)) => Err(TransportError::NoPath {
@@ -423,6 +437,7 @@ impl Transport {
             early: Vec::new(),
             dropped_qps: DroppedQps::default(),
             sleeps: 0,
+            own_removed: false,
         })
     }
 
@@ -513,7 +528,10 @@ impl Transport {
         &self.cfg
     }
 
-    /// The peers this transport has endpoints for (every other rank until `del_procs`).
+    /// The peers this transport has endpoints for (every other rank until `del_procs`, and
+    /// this process's own rank once [`Transport::reachable`] or an operation named it: its
+    /// endpoint is a loopback queue pair, made on first use, that takes every path a peer's
+    /// endpoint takes).
     pub fn peers(&self) -> Vec<u32> {
         self.eps.keys().collect()
     }
@@ -621,6 +639,10 @@ impl Transport {
             return Ok(self.eps.get_mut(&peer).expect("checked"));
         }
         let size = self.size();
+        if peer == self.rank() {
+            self.own_endpoint()?;
+            return Ok(self.eps.get_mut(&peer).expect("made"));
+        }
         self.know(peer);
         match self.w.plans.get(&peer) {
             None => return Err(TransportError::BadPeer { peer, size }),

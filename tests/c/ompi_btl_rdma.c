@@ -10,7 +10,16 @@
  *     (add 1000), then btl_flush of that endpoint; after a barrier each rank checks its own
  *     counters (55 + 1000 and the swapped value);
  *   - refusals: a 32-bit fop, an AND, a misaligned target (OPAL_ERR_NOT_AVAILABLE);
- *   - every callback ran once with OPAL_SUCCESS; btl_deregister_mem.
+ *   - every callback ran once with OPAL_SUCCESS;
+ *   - its own rank through oib (Open MPI's osc rdma takes a BTL only if it reaches every rank
+ *     of a window, the caller included): oib is an RDMA BTL of its own BML endpoint (the same
+ *     module) but not a send or eager one (ob1 sends to itself through self); btl_put of its
+ *     source area into its own buffer, btl_flush of its own endpoint, every byte and the
+ *     bytes around checked; btl_get of it back, checked; 10 fetching adds on its own counter
+ *     while the peer runs 10 on the same counter (and it 10 on the peer's): the old values
+ *     seen by both ranks are 0..19 once each and the counter ends at 20; 2 compare-and-swaps
+ *     and a non-fetching add on its own memory, old and final values checked;
+ *   - btl_deregister_mem.
  * Prints "ompi_btl_rdma: rank R ok" and exits 0, or names what failed and calls MPI_Abort.
  */
 #include "ompi_config.h"
@@ -33,9 +42,13 @@
 #define GETA (2 * AREA + 16)       /* where this rank's get lands */
 #define CNT ((3 * AREA + 64) / 8 * 8) /* counters: [0] adds, [1] swap; then old values */
 #define FOPS 10
-#define LEN (CNT + 8 * (2 + FOPS + 2))
+#define SLAND (CNT + 8 * (2 + FOPS + 2) + 8)  /* where this rank's put to itself lands */
+#define SGETA (SLAND + AREA + 8)              /* where its get from itself lands */
+#define SCNT ((SGETA + AREA + 64) / 8 * 8)    /* [0] adds by both, [1] swap; then old values */
+#define LEN (SCNT + 8 * (2 + 2 * FOPS + 2))
 
 static int rank;
+static unsigned char peer_handle[24]; /* the peer's registration handle */
 static int calls, failed;
 
 static void die(const char *what, int rc)
@@ -68,6 +81,154 @@ static void wait_for(volatile int *flag, int want, const char *what)
         if (spins > 200000000L) {
             die(what, -1);
         }
+    }
+}
+
+static int named(mca_bml_base_btl_t *b, const char *name)
+{
+    return 0 == strcmp(b->btl->btl_component->btl_version.mca_component_name, name);
+}
+
+/* The own rank through oib: see the head comment. */
+static void to_self(mca_btl_base_module_t *btl, unsigned char *buf,
+                    struct mca_btl_base_registration_handle_t *mine,
+                    struct mca_btl_base_endpoint_t *pep, int peer, uint64_t pbase)
+{
+    ompi_proc_t *me = ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, rank);
+    mca_bml_base_endpoint_t *bml = me->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML];
+    mca_bml_base_btl_t *sb = NULL;
+    if (NULL == bml) {
+        die("no BML endpoint for the own rank", 0);
+    }
+    for (size_t i = 0; i < mca_bml_base_btl_array_get_size(&bml->btl_rdma); i++) {
+        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(&bml->btl_rdma, i);
+        if (named(b, "oib")) {
+            sb = b;
+        }
+    }
+    if (NULL == sb || sb->btl != btl) {
+        die("oib (the same module) is not an RDMA BTL of the own rank's endpoint", 0);
+    }
+    /* ob1 sends to itself through self: oib is neither a send nor an eager BTL there. */
+    size_t ns = mca_bml_base_btl_array_get_size(&bml->btl_send);
+    size_t ne = mca_bml_base_btl_array_get_size(&bml->btl_eager);
+    for (size_t i = 0; i < ns; i++) {
+        if (!named(mca_bml_base_btl_array_get_index(&bml->btl_send, i), "self")) {
+            die("a send BTL of the own rank other than self", (int) i);
+        }
+    }
+    for (size_t i = 0; i < ne; i++) {
+        if (!named(mca_bml_base_btl_array_get_index(&bml->btl_eager, i), "self")) {
+            die("an eager BTL of the own rank other than self", (int) i);
+        }
+    }
+    if (0 == ns) {
+        die("no send BTL for the own rank", 0);
+    }
+    struct mca_btl_base_endpoint_t *sep = sb->btl_endpoint;
+    uint64_t base = (uint64_t) (uintptr_t) buf;
+    int before = calls, put_done = 0, get_done = 0, at_done = 0, rc;
+
+    /* Put our source area into our own buffer. */
+    do {
+        rc = btl->btl_put(btl, sep, buf + SRC, base + SLAND, mine, mine, AREA, 0,
+                          MCA_BTL_NO_ORDER, done_cb, NULL, &put_done);
+        if (OPAL_ERR_OUT_OF_RESOURCE == rc) {
+            opal_progress();
+        }
+    } while (OPAL_ERR_OUT_OF_RESOURCE == rc);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_put to the own rank", rc);
+    }
+    btl->btl_flush(btl, sep);
+    if (put_done != 1) {
+        die("btl_flush of the own endpoint returned before the put's callback", put_done);
+    }
+    for (size_t i = 0; i < AREA; i++) {
+        if (buf[SLAND + i] != pat(rank, i)) {
+            die("a byte put to the own rank differs", (int) i);
+        }
+    }
+    if (buf[SLAND - 1] != 0 || buf[SLAND + AREA] != 0) {
+        die("the put to the own rank wrote outside its range", 0);
+    }
+    /* And get it back. */
+    rc = btl->btl_get(btl, sep, buf + SGETA, base + SLAND, mine, mine, AREA, 0, MCA_BTL_NO_ORDER,
+                      done_cb, NULL, &get_done);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_get from the own rank", rc);
+    }
+    wait_for(&get_done, 1, "the own get's callback");
+    for (size_t i = 0; i < AREA; i++) {
+        if (buf[SGETA + i] != pat(rank, i)) {
+            die("a byte got from the own rank differs", (int) i);
+        }
+    }
+    if (buf[SGETA - 1] != 0 || buf[SGETA + AREA] != 0) {
+        die("the get from the own rank wrote outside its range", 0);
+    }
+
+    /* Both ranks add to both counters at once: ours through the loopback endpoint. */
+    uint64_t *sc = (uint64_t *) (buf + SCNT), *old = sc + 2;
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (int i = 0; i < FOPS; i++) {
+        rc = btl->btl_atomic_fop(btl, sep, &old[i], base + SCNT, mine, mine, MCA_BTL_ATOMIC_ADD,
+                                 1, 0, MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+        if (OPAL_SUCCESS != rc) {
+            die("btl_atomic_fop on the own rank", rc);
+        }
+        rc = btl->btl_atomic_fop(btl, pep, &old[FOPS + i], pbase + SCNT, mine,
+                                 (struct mca_btl_base_registration_handle_t *) peer_handle,
+                                 MCA_BTL_ATOMIC_ADD, 1, 0, MCA_BTL_NO_ORDER, done_cb, NULL,
+                                 &at_done);
+        if (OPAL_SUCCESS != rc) {
+            die("btl_atomic_fop on the peer's counter", rc);
+        }
+    }
+    btl->btl_flush(btl, NULL);
+    if (at_done != 2 * FOPS) {
+        die("btl_flush returned before every fetching add's callback", at_done);
+    }
+    /* The old values the peer saw on our counter, for ours seen by the peer. */
+    uint64_t theirs[FOPS];
+    MPI_Sendrecv(&old[FOPS], FOPS, MPI_UINT64_T, peer, 3, theirs, FOPS, MPI_UINT64_T, peer, 3,
+                 MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    int seen[2 * FOPS] = {0};
+    for (int i = 0; i < FOPS; i++) {
+        if (i > 0 && old[i] <= old[i - 1]) {
+            die("own fetching adds: old values not increasing", i);
+        }
+        if (old[i] >= 2 * FOPS || theirs[i] >= 2 * FOPS || seen[old[i]]++ || seen[theirs[i]]++) {
+            die("the old values on the own counter are not 0..19 once each", i);
+        }
+    }
+    if (((volatile uint64_t *) sc)[0] != 2 * FOPS) {
+        die("the own counter after both ranks' adds", (int) sc[0]);
+    }
+    /* Compare-and-swap (a hit, then a miss) and a non-fetching add on our own memory. */
+    rc = btl->btl_atomic_cswap(btl, sep, &old[2 * FOPS], base + SCNT + 8, mine, mine, 0, 99, 0,
+                               MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+    if (OPAL_SUCCESS == rc) {
+        rc = btl->btl_atomic_cswap(btl, sep, &old[2 * FOPS + 1], base + SCNT + 8, mine, mine, 0,
+                                   5, 0, MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+    }
+    if (OPAL_SUCCESS == rc) {
+        rc = btl->btl_atomic_op(btl, sep, base + SCNT, mine, MCA_BTL_ATOMIC_ADD, 1000, 0,
+                                MCA_BTL_NO_ORDER, done_cb, NULL, &at_done);
+    }
+    if (OPAL_SUCCESS != rc) {
+        die("an atomic on the own rank", rc);
+    }
+    btl->btl_flush(btl, sep);
+    if (at_done != 2 * FOPS + 3) {
+        die("btl_flush of the own endpoint returned before every atomic's callback", at_done);
+    }
+    volatile uint64_t *vc = sc;
+    if (old[2 * FOPS] != 0 || old[2 * FOPS + 1] != 99 || vc[1] != 99 || vc[0] != 2 * FOPS + 1000) {
+        die("compare-and-swap or add on the own memory", (int) vc[0]);
+    }
+    if (calls - before != 2 * FOPS + 5 || failed != 0) {
+        die("callbacks to the own rank: wrong count or a failure", calls - before);
     }
 }
 
@@ -125,6 +286,7 @@ int main(int argc, char **argv)
     MPI_Sendrecv(&base, 1, MPI_UINT64_T, peer, 2, &pbase, 1, MPI_UINT64_T, peer, 2,
                  MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     struct mca_btl_base_registration_handle_t *rh = (void *) theirs;
+    memcpy(peer_handle, theirs, sizeof peer_handle);
 
     /* Put, flush, barrier: the peer's bytes are in place. */
     int put_done = 0, get_done = 0, at_done = 0;
@@ -225,6 +387,8 @@ int main(int argc, char **argv)
     if (calls != FOPS + 5 || failed != 0) {
         die("callbacks: wrong count or a failure", calls);
     }
+    MPI_Barrier(MPI_COMM_WORLD);
+    to_self(btl, buf, mine, ep, peer, pbase);
     MPI_Barrier(MPI_COMM_WORLD);
     if (OPAL_SUCCESS != btl->btl_deregister_mem(btl, mine)) {
         die("btl_deregister_mem", 0);

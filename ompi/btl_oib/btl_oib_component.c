@@ -336,6 +336,39 @@ static int modex_put(void *ctx, const char *key, const void *value, size_t len)
 
 /* A peer's modex (after Open MPI's fence: add_procs or later). A peer that published none (no
  * usable port, oib not selected there) is "not found": the transport marks it unreachable. */
+/* A later slot's value (OPAL_MODEX_RECV_STRING with PMIx's "optional": from the local store
+ * only). The transport reads slot 0 first, with an ordinary lookup, which brings the peer's
+ * whole modex into the local store whether the fence collected it or not; a later slot the
+ * peer did not publish is then "not found" at once. An ordinary lookup of a missing key may
+ * ask the server to fetch it and wait: MPI_Init took 1.7 s longer that way with one port. */
+static int modex_recv_optional(const char *key, const opal_process_name_t *peer, uint8_t **data,
+                               size_t *size)
+{
+    opal_list_t info;
+    opal_value_t *optional, *kv = NULL;
+    int rc;
+    OBJ_CONSTRUCT(&info, opal_list_t);
+    optional = OBJ_NEW(opal_value_t);
+    optional->key = strdup(OPAL_PMIX_OPTIONAL);
+    optional->type = OPAL_BOOL;
+    optional->data.flag = true;
+    opal_list_append(&info, &optional->super);
+    rc = opal_pmix.get(peer, key, &info, &kv);
+    OPAL_LIST_DESTRUCT(&info);
+    if (OPAL_SUCCESS != rc || NULL == kv) {
+        return OPAL_ERR_NOT_FOUND;
+    }
+    if (OPAL_BYTE_OBJECT != kv->type) {
+        OBJ_RELEASE(kv);
+        return OPAL_ERR_TYPE_MISMATCH;
+    }
+    *data = kv->data.bo.bytes;
+    *size = kv->data.bo.size;
+    kv->data.bo.bytes = NULL; /* ours now */
+    OBJ_RELEASE(kv);
+    return OPAL_SUCCESS;
+}
+
 static int modex_get(void *ctx, uint32_t rank, const char *key, void **value_out,
                      size_t *len_out)
 {
@@ -350,7 +383,7 @@ static int modex_get(void *ctx, uint32_t rank, const char *key, void **value_out
     } else {
         char k[128];
         slot_key(k, sizeof k, key);
-        OPAL_MODEX_RECV_STRING(rc, k, &peer, &data, &size);
+        rc = modex_recv_optional(k, &peer, &data, &size);
     }
     if (OPAL_SUCCESS != rc || NULL == data) {
         /* OPAL_MODEX_RECV reports every failed lookup as "not found". */

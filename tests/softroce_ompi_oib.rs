@@ -541,10 +541,7 @@ fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
         no_module[0]
     );
     // Ranks 0 and 1 reach each other through oib, and rank 2 through tcp.
-    let via_oib = text
-        .lines()
-        .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
-        .count();
+    let via_oib = ompi::oib_send_btls(&text);
     assert_eq!(via_oib, 2, "tcp: oib between ranks 0 and 1 only:\n{text}");
 
     // Ranks 0 and 1 found rank 2 unreachable at once, with the transport's reason (it

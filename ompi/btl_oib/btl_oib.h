@@ -54,8 +54,6 @@ typedef struct mca_btl_oib_component_t {
     bool own_rank;
     int connect_timeout;
 
-    /* The first module btl_init made (NULL: none; its finalize clears this). */
-    struct mca_btl_oib_module_t *module;
     /* Every module btl_init made, one per usable port (their finalize clears their entry);
      * component progress progresses each. */
     struct mca_btl_oib_module_t *modules[MCA_BTL_OIB_MAX_MODULES];

@@ -153,7 +153,6 @@ static int oib_register(void)
 
 static int oib_open(void)
 {
-    mca_btl_oib_component.module = NULL;
     mca_btl_oib_component.num_modules = 0;
     return OPAL_SUCCESS;
 }
@@ -307,10 +306,9 @@ static void no_module(int rc, const char *why)
     }
 }
 
-/* The transport's runtime over Open MPI's modex. The transport puts exactly one key (its
- * whole modex); it travels under this component's key (btl.oib.<version>), as every BTL's. */
-/* The transport of the first module publishes "oibH" (slot 0), which travels under the
- * component's key as before; the others publish "oibH<n>" (one per port), which travel under
+/* The transports' runtime over Open MPI's modex. Each transport puts one key (its whole
+ * modex): the first module's "oibH" (slot 0) travels under this component's key
+ * (btl.oib.<version>), as every BTL's; the others' "oibH<n>" (one per port) under
  * "btl.oib.oibH<n>". */
 #define OIB_FIRST_KEY "oibH"
 
@@ -334,8 +332,6 @@ static int modex_put(void *ctx, const char *key, const void *value, size_t len)
     return OPAL_SUCCESS == rc ? 0 : -1;
 }
 
-/* A peer's modex (after Open MPI's fence: add_procs or later). A peer that published none (no
- * usable port, oib not selected there) is "not found": the transport marks it unreachable. */
 /* A later slot's value (OPAL_MODEX_RECV_STRING with PMIx's "optional": from the local store
  * only). The transport reads slot 0 first, with an ordinary lookup, which brings the peer's
  * whole modex into the local store whether the fence collected it or not; a later slot the
@@ -369,6 +365,8 @@ static int modex_recv_optional(const char *key, const opal_process_name_t *peer,
     return OPAL_SUCCESS;
 }
 
+/* A peer's modex (after Open MPI's fence: add_procs or later). A peer that published none (no
+ * usable port, oib not selected there) is "not found": the transport marks it unreachable. */
 static int modex_get(void *ctx, uint32_t rank, const char *key, void **value_out,
                      size_t *len_out)
 {
@@ -531,7 +529,6 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
     for (int i = 0; i < c->num_modules; i++) {
         modules[i] = &c->modules[i]->super;
     }
-    c->module = c->modules[0];
     *num_btls = c->num_modules;
     mca_btl_oib_module_t *m = c->modules[0];
     if (1 == c->num_modules) {

@@ -460,9 +460,6 @@ static int oib_register_error(struct mca_btl_base_module_t *btl,
 static int oib_finalize(struct mca_btl_base_module_t *btl)
 {
     mca_btl_oib_module_t *m = module_of(btl);
-    if (mca_btl_oib_component.module == m) {
-        mca_btl_oib_component.module = NULL;
-    }
     mca_btl_oib_component_forget(m);
     /* How a test sees that ob1 striped over every module (one per port). */
     opal_output_verbose(5, OIB_OUT, "btl: oib: rank %u: module %d (%s): %" PRIu64 " sends",

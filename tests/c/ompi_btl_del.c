@@ -33,6 +33,8 @@
 #include "opal/mca/pmix/pmix.h"
 #include "opal/runtime/opal_progress.h"
 
+#include "oib_bml.h"
+
 #define AREA ((size_t) 64 * 1024)
 #define BIG ((size_t) 1 << 20)
 
@@ -112,15 +114,7 @@ int main(int argc, char **argv)
     }
     int peer = 1 - rank;
 
-    ompi_proc_t *proc = ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, peer);
-    mca_bml_base_endpoint_t *bml = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML];
-    mca_bml_base_btl_t *bb = NULL;
-    for (size_t i = 0; NULL != bml && i < mca_bml_base_btl_array_get_size(&bml->btl_rdma); i++) {
-        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(&bml->btl_rdma, i);
-        if (0 == strcmp(b->btl->btl_component->btl_version.mca_component_name, "oib")) {
-            bb = b;
-        }
-    }
+    mca_bml_base_btl_t *bb = oib_bml_rdma(oib_bml_endpoint(peer));
     if (NULL == bb) {
         die("oib is not an RDMA BTL of the peer's endpoint", 0);
     }
@@ -156,7 +150,7 @@ int main(int argc, char **argv)
     MPI_Barrier(MPI_COMM_WORLD);
 
     /* Round 1: rank 0's put in flight when its del_procs removes rank 1. */
-    opal_proc_t *oproc = &proc->super;
+    opal_proc_t *oproc = &ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, peer)->super;
     struct mca_btl_base_endpoint_t *eps[1] = {ep};
     if (0 == rank) {
         int put1 = 0;

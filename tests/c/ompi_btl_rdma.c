@@ -36,6 +36,8 @@
 #include "opal/mca/btl/btl.h"
 #include "opal/runtime/opal_progress.h"
 
+#include "oib_bml.h"
+
 #define AREA ((size_t) 512 * 1024 + 3)
 #define SRC 0                      /* what this rank puts and the peer gets */
 #define LAND (AREA + 5)            /* where the peer's put lands */
@@ -84,28 +86,16 @@ static void wait_for(volatile int *flag, int want, const char *what)
     }
 }
 
-static int named(mca_bml_base_btl_t *b, const char *name)
-{
-    return 0 == strcmp(b->btl->btl_component->btl_version.mca_component_name, name);
-}
-
 /* The own rank through oib: see the head comment. */
 static void to_self(mca_btl_base_module_t *btl, unsigned char *buf,
                     struct mca_btl_base_registration_handle_t *mine,
                     struct mca_btl_base_endpoint_t *pep, int peer, uint64_t pbase)
 {
-    ompi_proc_t *me = ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, rank);
-    mca_bml_base_endpoint_t *bml = me->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML];
-    mca_bml_base_btl_t *sb = NULL;
+    mca_bml_base_endpoint_t *bml = oib_bml_endpoint(rank);
     if (NULL == bml) {
         die("no BML endpoint for the own rank", 0);
     }
-    for (size_t i = 0; i < mca_bml_base_btl_array_get_size(&bml->btl_rdma); i++) {
-        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(&bml->btl_rdma, i);
-        if (named(b, "oib")) {
-            sb = b;
-        }
-    }
+    mca_bml_base_btl_t *sb = oib_bml_rdma(bml);
     if (NULL == sb || sb->btl != btl) {
         die("oib (the same module) is not an RDMA BTL of the own rank's endpoint", 0);
     }
@@ -113,12 +103,12 @@ static void to_self(mca_btl_base_module_t *btl, unsigned char *buf,
     size_t ns = mca_bml_base_btl_array_get_size(&bml->btl_send);
     size_t ne = mca_bml_base_btl_array_get_size(&bml->btl_eager);
     for (size_t i = 0; i < ns; i++) {
-        if (!named(mca_bml_base_btl_array_get_index(&bml->btl_send, i), "self")) {
+        if (!oib_bml_named(mca_bml_base_btl_array_get_index(&bml->btl_send, i), "self")) {
             die("a send BTL of the own rank other than self", (int) i);
         }
     }
     for (size_t i = 0; i < ne; i++) {
-        if (!named(mca_bml_base_btl_array_get_index(&bml->btl_eager, i), "self")) {
+        if (!oib_bml_named(mca_bml_base_btl_array_get_index(&bml->btl_eager, i), "self")) {
             die("an eager BTL of the own rank other than self", (int) i);
         }
     }
@@ -244,15 +234,7 @@ int main(int argc, char **argv)
     int peer = 1 - rank;
 
     /* The oib module on the peer's endpoint. */
-    ompi_proc_t *proc = ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, peer);
-    mca_bml_base_endpoint_t *bml = proc->proc_endpoints[OMPI_PROC_ENDPOINT_TAG_BML];
-    mca_bml_base_btl_t *bb = NULL;
-    for (size_t i = 0; NULL != bml && i < mca_bml_base_btl_array_get_size(&bml->btl_rdma); i++) {
-        mca_bml_base_btl_t *b = mca_bml_base_btl_array_get_index(&bml->btl_rdma, i);
-        if (0 == strcmp(b->btl->btl_component->btl_version.mca_component_name, "oib")) {
-            bb = b;
-        }
-    }
+    mca_bml_base_btl_t *bb = oib_bml_rdma(oib_bml_endpoint(peer));
     if (NULL == bb) {
         die("oib is not an RDMA BTL of the peer's endpoint", 0);
     }

@@ -146,6 +146,14 @@ pub fn matrix() -> Result<PathBuf, Unmet> {
         .clone()
 }
 
+/// How many (rank, peer, oib module) sends Open MPI's BML set up: its "Using oib btl for send
+/// to" lines (`btl_base_verbose` 10), one per ordered pair of ranks and oib module.
+pub fn oib_send_btls(text: &str) -> usize {
+    text.lines()
+        .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
+        .count()
+}
+
 /// A job of tests/c/ompi_matrix.c run at `btl_base_verbose 10` with only `self,oib`: every rank
 /// made its oib module ("btl: oib: one module (rank R of N"), and Open MPI says it sends to
 /// every peer through oib (one "Using oib btl for send to" per ordered pair of ranks).
@@ -156,10 +164,7 @@ pub fn assert_over_oib(name: &str, text: &str, n: u32) {
             "{name}: rank {r} made no oib module (component not loaded?):\n{text}"
         );
     }
-    let via_oib = text
-        .lines()
-        .filter(|l| l.contains("mca: bml: Using oib btl for send to"))
-        .count();
+    let via_oib = oib_send_btls(text);
     assert_eq!(
         via_oib,
         (n * (n - 1)) as usize,

@@ -182,8 +182,6 @@ pub(crate) fn open_failure(e: TransportError) -> Fail {
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
-    /// Its address identifies this thread (see `openib_t::holder`).
-    static THREAD_MARK: u8 = const { 0 };
 }
 
 pub(crate) fn set_last_error(msg: String) {
@@ -192,8 +190,10 @@ pub(crate) fn set_last_error(msg: String) {
     let _ = LAST_ERROR.try_with(|e| *e.borrow_mut() = c);
 }
 
+/// Identifies the calling thread (see `openib_t::holder`): never 0, the handle's "nobody".
+/// No thread-local lookup: every call of the C ABI takes the lock.
 pub(crate) fn thread_mark() -> usize {
-    THREAD_MARK.with(|m| m as *const u8 as usize)
+    openib_sys::thread::current_id()
 }
 
 /// Runs one entry point: a panic becomes [`OPENIB_ERR_PANIC`], an error its code; both set the

@@ -11,7 +11,7 @@ use super::wire::{Header, ImmHeader, Kind, HDR};
 use super::{IdMap, Tag, CTL_RESERVE, MAX_QUEUE};
 use openib_cpc::Connection;
 use openib_sys::Region;
-use openib_sys::{MemoryRegion, SendOp};
+use openib_sys::{MemoryRegion, SendOp, RECV_CHAIN};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -478,6 +478,34 @@ impl Endpoint {
         let sge = mr.sge(id as usize * slot_len, slot_len)?;
         conn.qp.post_recv_sge(wr(ANY_PEER, KIND_RECV, id), &sge)?;
         self.credits.reposted(ctl);
+        Ok(())
+    }
+
+    /// Posts receive buffers `bufs` (`(id, ctl)` as for [`Endpoint::repost_recv`]) again as
+    /// chains, and counts the credits they return (those of the chains posted, on an error).
+    pub(super) fn repost_recvs(
+        &mut self,
+        bufs: &[(u32, bool)],
+        slot_len: usize,
+    ) -> Result<(), TransportError> {
+        let conn = self.conn.as_ref().expect("connected");
+        let mr = self.recv_mr.as_ref().expect("connected without an SRQ");
+        // One allocation per batch (a batch is at most 16 buffers, filled by as many messages).
+        let reqs = bufs
+            .iter()
+            .map(|&(id, _)| {
+                Ok((
+                    wr(ANY_PEER, KIND_RECV, id),
+                    mr.sge(id as usize * slot_len, slot_len)?,
+                ))
+            })
+            .collect::<Result<Vec<_>, TransportError>>()?;
+        for (chunk, bufs) in reqs.chunks(RECV_CHAIN).zip(bufs.chunks(RECV_CHAIN)) {
+            conn.qp.post_recv_sges(chunk)?;
+            for &(_, ctl) in bufs {
+                self.credits.reposted(ctl);
+            }
+        }
         Ok(())
     }
 

@@ -143,6 +143,15 @@ impl Credits {
         }
     }
 
+    /// How many of the peer's data buffers we hold before posting them again, as one chain:
+    /// a quarter of what the peer may lend (1 to 16). Never a deadlock: buffers held (fewer than
+    /// this) plus returns not yet due (fewer than `threshold`, half of it) stay below what
+    /// the peer may lend, so a peer out of credits has left us enough returns for a
+    /// credit-only message.
+    pub fn repost_batch(&self) -> usize {
+        (self.data_max / 4).clamp(1, 16) as usize
+    }
+
     /// Whether a credit-only message is due (and allowed) when nothing else will carry returns.
     pub fn credit_message_due(&self) -> bool {
         self.to_return >= self.threshold && self.ctl > 0
@@ -398,6 +407,24 @@ pub fn fragments(len: u64, fragment: u64) -> impl Iterator<Item = (u64, u64)> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Buffers held for a batch plus returns not yet due never add up to what the peer may
+    /// lend: a peer out of credits always leaves us a credit-only message due (every depth
+    /// OPENIB_RECV_DEPTH allows, with the control reserve).
+    #[test]
+    fn held_buffers_and_undue_returns_stay_below_the_peers_credits() {
+        for depth in 8..=256u32 {
+            let c = Credits::new(depth, super::super::CTL_RESERVE);
+            let data = depth - super::super::CTL_RESERVE;
+            let held = c.repost_batch() as u32 - 1;
+            let undue = c.threshold - 1;
+            assert!(
+                held + undue < data,
+                "depth {depth}: {held} + {undue} >= {data}"
+            );
+            assert!((1..=16).contains(&c.repost_batch()), "depth {depth}");
+        }
+    }
 
     #[test]
     fn fragments_cover_exactly() {

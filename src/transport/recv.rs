@@ -194,8 +194,8 @@ impl Transport {
 
     /// Gives back the receive buffer of a message handled by [`Transport::handle_recv`] (and
     /// delivered): an SRQ buffer is posted now and its credit counted; an endpoint's own
-    /// buffer is posted at the start of the next progress call
-    /// ([`Transport::repost_deferred`]). The endpoint is looked up afresh: the callback may
+    /// buffers are posted in batches of [`super::flow::Credits::repost_batch`], at the start of
+    /// the progress call after the one that filled a batch ([`Transport::repost_deferred`]). The endpoint is looked up afresh: the callback may
     /// have failed or removed it.
     fn give_back_recv(&mut self, peer: u32, kind: u64, id: u32) -> Result<(), TransportError> {
         let live = self
@@ -209,10 +209,11 @@ impl Transport {
                 ep.credits.to_return += s.pool.on_repost(peer).credits();
             }
         } else if let Some(ep) = live {
-            if ep.unposted.is_empty() {
+            // Posted again in batches (one chain per batch), listed once per batch.
+            ep.unposted.push((id, false));
+            if ep.unposted.len() == ep.credits.repost_batch() {
                 self.repost_peers.push(peer);
             }
-            ep.unposted.push((id, false));
         }
         Ok(())
     }
@@ -394,8 +395,7 @@ impl Transport {
             let posted = if ep.state != EndpointState::Connected {
                 Ok(()) // its queue pair is gone or going: nothing to post to
             } else {
-                bufs.iter()
-                    .try_for_each(|&(id, ctl)| ep.repost_recv(id, ctl, slot_len))
+                ep.repost_recvs(&bufs, slot_len)
             };
             bufs.clear();
             ep.unposted = bufs;

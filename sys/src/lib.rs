@@ -33,6 +33,7 @@ pub mod pmix;
 mod qp;
 pub mod readiness;
 mod srq;
+pub mod thread;
 mod wr;
 
 pub use ah::{AddressHandle, Destination};
@@ -47,6 +48,7 @@ pub use mr::{Access, ForeignRegion, MemoryRegion, Region, Registration, SharedRe
 pub use pd::ProtectionDomain;
 pub use qp::{
     AhAttr, QpAttr, QpCaps, QpInitAttrs, QpState, QpType, QueuePair, RcParams, RemoteAddress,
+    RECV_CHAIN,
 };
 pub use srq::SharedReceiveQueue;
 pub use wr::{RecvRequest, SendOp, SendRequest, Sge};

@@ -116,6 +116,9 @@ impl Drop for QueuePair {
 pub type QpAttr = v::ibv_qp_attr;
 pub use v::ibv_ah_attr as AhAttr;
 
+/// Receive requests handed to the provider in one call by [`QueuePair::post_recv_sges`].
+pub const RECV_CHAIN: usize = 16;
+
 impl QueuePair {
     pub fn new(pd: &ProtectionDomain, attrs: &QpInitAttrs<'_>) -> Result<QueuePair> {
         let lib = verbs()?;
@@ -369,6 +372,76 @@ impl QueuePair {
         self.post_recv_list(wr_id, &mut [sge.raw()])
     }
 
+    /// Posts one receive request per `(wr_id, sge)`, in order, as chains of up to
+    /// [`RECV_CHAIN`] requests (one provider call each), without allocating. On an error the
+    /// requests before the failed chain are posted and none after it.
+    pub fn post_recv_sges(&self, reqs: &[(u64, Sge)]) -> Result<()> {
+        for chunk in reqs.chunks(RECV_CHAIN) {
+            let mut sges = [v::ibv_sge {
+                addr: 0,
+                length: 0,
+                lkey: 0,
+            }; RECV_CHAIN];
+            // SAFETY: `ibv_recv_wr` is plain data; every field used is set below.
+            let mut wrs: [v::ibv_recv_wr; RECV_CHAIN] = unsafe { std::mem::zeroed() };
+            let n = chunk.len();
+            for (i, (_, sge)) in chunk.iter().enumerate() {
+                sges[i] = sge.raw();
+            }
+            // Pointers into both arrays come from one base pointer each, taken after the
+            // arrays were written, and neither array is touched through a reference after.
+            let sge_base = sges.as_mut_ptr();
+            let wr_base = wrs.as_mut_ptr();
+            for (i, (wr_id, _)) in chunk.iter().enumerate() {
+                // SAFETY: `i < n <= RECV_CHAIN`: inside both arrays.
+                unsafe {
+                    let wr = &mut *wr_base.add(i);
+                    wr.wr_id = *wr_id;
+                    wr.sg_list = sge_base.add(i);
+                    wr.num_sge = 1;
+                    wr.next = if i + 1 < n {
+                        wr_base.add(i + 1)
+                    } else {
+                        std::ptr::null_mut()
+                    };
+                }
+            }
+            // SAFETY: the chain and its SGEs live across the call and every SGE lies inside a
+            // live MR (see `Sge`).
+            unsafe {
+                self.post_recv_raw(
+                    wr_base,
+                    format_args!("qp {} (a chain of {n})", self.qp_num()),
+                )?
+            };
+        }
+        Ok(())
+    }
+
+    /// The body of the inline `ibv_post_recv`: hands a chain of requests to the provider,
+    /// which copies them before returning.
+    ///
+    /// # Safety
+    /// `wr` must point to a valid chain of requests whose pointers (next, SGE lists) are
+    /// valid for the call, and every SGE must lie inside live registered memory.
+    unsafe fn post_recv_raw(
+        &self,
+        wr: *mut v::ibv_recv_wr,
+        context: std::fmt::Arguments<'_>,
+    ) -> Result<()> {
+        let mut bad: *mut v::ibv_recv_wr = std::ptr::null_mut();
+        let ctx = (*self.raw).context;
+        let f = (*ctx).ops.post_recv.ok_or_else(|| Error::InvalidArgument {
+            verb: "ibv_post_recv",
+            what: "provider has no post_recv".into(),
+        })?;
+        let rc = f(self.raw, wr, &mut bad);
+        if rc != 0 {
+            return Err(Error::from_rc("ibv_post_recv", rc, context));
+        }
+        Ok(())
+    }
+
     fn post_recv_list(&self, wr_id: u64, sges: &mut [v::ibv_sge]) -> Result<()> {
         let mut wr = v::ibv_recv_wr {
             wr_id,
@@ -376,24 +449,8 @@ impl QueuePair {
             sg_list: sges.as_mut_ptr(),
             num_sge: sges.len() as i32,
         };
-        let mut bad: *mut v::ibv_recv_wr = std::ptr::null_mut();
         // SAFETY: as for post_send.
-        let rc = unsafe {
-            let ctx = (*self.raw).context;
-            let f = (*ctx).ops.post_recv.ok_or_else(|| Error::InvalidArgument {
-                verb: "ibv_post_recv",
-                what: "provider has no post_recv".into(),
-            })?;
-            f(self.raw, &mut wr, &mut bad)
-        };
-        if rc != 0 {
-            return Err(Error::from_rc(
-                "ibv_post_recv",
-                rc,
-                format!("qp {}", self.qp_num()),
-            ));
-        }
-        Ok(())
+        unsafe { self.post_recv_raw(&mut wr, format_args!("qp {}", self.qp_num())) }
     }
 }
 

@@ -32,7 +32,9 @@
  *                        ranks must share a node (as in the anchors' one guest);
  *   "second_message_us"  the round trip right after it, the same way (connected now).
  *
- * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json]
+ * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json] [--latency-only]
+ *   --latency-only  skips the bandwidth loops ("bandwidth_mb_s" is then null): for profiling
+ *                   the ping-pong alone
  * Prints, like `openib bench --json`:
  *   {"results":[{"size":N,"latency_us":X,"latency_median_us":X,"latency_trimmed_us":X,
  *                "latency_p10_us":X,"bandwidth_mb_s":X,"iterations":N}],"wireup_us":X,"init_us":X,
@@ -102,6 +104,7 @@ int main(int argc, char **argv)
     int nsizes = 8;
     long iters_arg = 200;
     int json = 0;
+    int latency_only = 0;
     int usage_error = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
@@ -116,6 +119,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--latency-only")) {
+            latency_only = 1;
         } else {
             usage_error = 1;
         }
@@ -129,7 +134,7 @@ int main(int argc, char **argv)
     if (usage_error || size != 2) {
         if (rank == 0) {
             fprintf(stderr, usage_error
-                                ? "usage: mpi_pingpong [--sizes 8,64,...] [--iters N] [--json]\n"
+                                ? "usage: mpi_pingpong [--sizes 8,64,...] [--iters N] [--json] [--latency-only]\n"
                                 : "mpi_pingpong: needs exactly 2 ranks (mpirun -np 2)\n");
         }
         MPI_Finalize();
@@ -256,6 +261,10 @@ int main(int argc, char **argv)
         }
 
         /* Bandwidth: rank 0 streams, rank 1 acknowledges the last message. */
+        if (latency_only) {
+            bw[s] = -1;
+            continue;
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         char ack = 0;
         t0 = MPI_Wtime();
@@ -284,10 +293,14 @@ int main(int argc, char **argv)
         if (json) {
             printf("{\"results\":[");
             for (int s = 0; s < nsizes; s++) {
+                char bwtext[32] = "null";
+                if (bw[s] >= 0) {
+                    snprintf(bwtext, sizeof bwtext, "%.6g", bw[s]);
+                }
                 printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"latency_median_us\":%.3f,"
-                       "\"latency_trimmed_us\":%.3f,\"latency_p10_us\":%.3f,\"bandwidth_mb_s\":%.6g,"
+                       "\"latency_trimmed_us\":%.3f,\"latency_p10_us\":%.3f,\"bandwidth_mb_s\":%s,"
                        "\"iterations\":%ld}",
-                       s ? "," : "", sizes[s], lat[s], lat_med[s], lat_trim[s], lat_p10[s], bw[s],
+                       s ? "," : "", sizes[s], lat[s], lat_med[s], lat_trim[s], lat_p10[s], bwtext,
                        its[s]);
             }
             printf("],\"wireup_us\":%.1f,\"init_us\":%.1f,\"first_exchange_us\":%.1f", wire[2],
@@ -307,7 +320,11 @@ int main(int argc, char **argv)
                    init_median, first_message, second_message);
             printf("%9s %12s %12s %14s\n", "size", "latency us", "median us", "bandwidth MB/s");
             for (int s = 0; s < nsizes; s++) {
-                printf("%9ld %12.2f %12.2f %14.1f\n", sizes[s], lat[s], lat_med[s], bw[s]);
+                if (bw[s] >= 0) {
+                    printf("%9ld %12.2f %12.2f %14.1f\n", sizes[s], lat[s], lat_med[s], bw[s]);
+                } else {
+                    printf("%9ld %12.2f %12.2f %14s\n", sizes[s], lat[s], lat_med[s], "-");
+                }
             }
         }
     }

@@ -109,6 +109,10 @@ impl Transport {
         Ok(())
     }
 
+    /// The connection managers' round, every `SERVICE_POLL` (and every call while connecting).
+    /// Never inlined: it stays out of the message path's code, and `scripts/profile-mpi` can
+    /// leave it out of its counts by name.
+    #[inline(never)]
     pub(super) fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
         let (ok, bad) = self.w.poll(now)?;
         if self.w.on_demand() {

@@ -109,6 +109,7 @@ impl CompletionQueue {
 
     /// Polls up to `max` (at most 32 per call) completions, appending them to `out`; returns
     /// how many were appended.
+    #[inline]
     pub fn poll(&self, out: &mut Vec<WorkCompletion>, max: usize) -> Result<usize> {
         const BATCH: usize = 32;
         // Not zeroed: this runs on every progress call of a busy-polling transport, and the

@@ -12,6 +12,9 @@ pub struct openib_t {
     /// The thread holding `inner`'s lock (its `thread_mark`), or 0: a call from inside a
     /// callback uses the transport lent to it instead of deadlocking on the lock.
     pub(crate) holder: AtomicUsize,
+    /// The transport lent to the receive callback running on the `holder` thread, or null
+    /// (see [`Lend`]). Shared with the callbacks' closures; read only by the holder.
+    pub(crate) lent: Arc<AtomicPtr<Transport>>,
     pub(crate) inner: Mutex<Inner>,
 }
 
@@ -86,31 +89,30 @@ impl Locked<'_> {
     }
 }
 
-thread_local! {
-    /// The transport lent by the receive callback running on this thread: (handle id, the
-    /// transport). Null when none runs; callbacks of other handles nest ([`Lend`] restores).
-    static LENT: Cell<(u64, *mut Transport)> = const { Cell::new((0, std::ptr::null_mut())) };
-}
-
 /// Lends a receive callback's transport to the calls the callback makes on the same handle,
-/// for as long as it lives (the callback's duration); restores the earlier loan when dropped,
-/// also when the callback unwinds.
-pub(crate) struct Lend {
-    before: (u64, *mut Transport),
+/// for as long as it lives (the callback's duration), through the handle's `lent` slot;
+/// restores the earlier value when dropped, also when the callback unwinds. Only the thread
+/// holding the handle's lock runs its callbacks and reads the slot, so no other thread sees
+/// it (a per-handle slot, not a `thread_local!`: callbacks of other handles nest on their
+/// own slots, and no thread-local lookup is on the path of every message).
+pub(crate) struct Lend<'a> {
+    slot: &'a AtomicPtr<Transport>,
+    before: *mut Transport,
 }
 
-impl Lend {
+impl<'a> Lend<'a> {
     /// `t` must not be used while the loan lives (the calls reach it through the loan).
-    pub(crate) fn new(id: u64, t: &mut Transport) -> Lend {
+    pub(crate) fn new(slot: &'a AtomicPtr<Transport>, t: &mut Transport) -> Lend<'a> {
         Lend {
-            before: LENT.replace((id, t as *mut Transport)),
+            slot,
+            before: slot.swap(t as *mut Transport, Ordering::Relaxed),
         }
     }
 }
 
-impl Drop for Lend {
+impl Drop for Lend<'_> {
     fn drop(&mut self) {
-        LENT.set(self.before);
+        self.slot.store(self.before, Ordering::Relaxed);
     }
 }
 
@@ -118,8 +120,8 @@ impl openib_t {
     pub(crate) fn lock(&self) -> Result<Locked<'_>, Fail> {
         let me = thread_mark();
         if self.holder.load(Ordering::Acquire) == me {
-            let (id, t) = LENT.get();
-            if id == self.id && !t.is_null() {
+            let t = self.lent.load(Ordering::Relaxed);
+            if !t.is_null() {
                 // SAFETY: `t` was lent by the receive callback of this handle that runs on
                 // this thread now (`Lend`, in openib_set_handler's callback), from the
                 // `&mut Transport` the transport gave that callback; the progress call behind

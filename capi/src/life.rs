@@ -57,6 +57,7 @@ pub(crate) fn new_handle(t: Transport) -> *mut openib_t {
         size: t.size(),
         eager_limit: t.eager_limit(),
         holder: AtomicUsize::new(0),
+        lent: Arc::new(AtomicPtr::new(std::ptr::null_mut())),
         inner: Mutex::new(Inner {
             t,
             done: VecDeque::new(),
@@ -164,13 +165,13 @@ pub unsafe extern "C" fn openib_set_handler(
         // Kept as an address: the transport's handlers must be Send, and the caller promised
         // that `ctx` may be used from the threads that progress.
         let ctx = ctx as usize;
-        let id = h.id;
+        let lent = h.lent.clone();
         let mut l = h.lock()?;
         l.t().on_tag_with_transport(
             tag,
             Box::new(move |t: &mut Transport, src, data: &[u8]| {
                 // The callback's calls on this handle reach `t` through the loan.
-                let _loan = Lend::new(id, t);
+                let _loan = Lend::new(&lent, t);
                 // SAFETY: the caller of openib_set_handler promised that `cb` may be called
                 // with `ctx`; `data` is valid for `data.len()` bytes during the call.
                 unsafe {

@@ -351,7 +351,10 @@ impl Transport {
                 touched.push(p);
             }
         }
-        if self.sq_budget.hit.swap(false, Ordering::Relaxed) {
+        // A load first: the swap (a locked instruction) only when it was hit.
+        if self.sq_budget.hit.load(Ordering::Relaxed)
+            && self.sq_budget.hit.swap(false, Ordering::Relaxed)
+        {
             // Endpoints held back by the shared send budget may go on now.
             touched.extend(self.eps.iter().filter(|(_, e)| e.busy()).map(|(p, _)| p));
             touched.sort_unstable();

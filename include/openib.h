@@ -368,6 +368,15 @@ int openib_poll_completion(openib_t *t, openib_completion_t *out);
  * to openib_poll_completion. */
 int openib_flush(openib_t *t, uint32_t timeout_ms);
 
+/* As openib_flush, except that the immediate sends (openib_sendi) after each connection's last
+ * operation that reports a completion are not waited for: every send, put, get and atomic is
+ * complete and everything queued posted, but those last immediate sends may still be on their
+ * way. For removing peers that are leaving too (MPI_Finalize): to learn that they arrived,
+ * openib_flush posts a request the peer must acknowledge, and a peer that already closed its
+ * connection never does (the request is retried OPENIB_RETRY_COUNT times, each after
+ * OPENIB_ACK_TIMEOUT, 0.44 s at the defaults). */
+int openib_quiesce(openib_t *t, uint32_t timeout_ms);
+
 /* Connects to every reachable peer now instead of on first use (wire-up timing, benchmarks);
  * OPENIB_ERR_TIMEOUT after `timeout_ms`. Collective in practice: peers must progress too. */
 int openib_connect_all(openib_t *t, uint32_t timeout_ms);

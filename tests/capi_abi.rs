@@ -39,6 +39,7 @@ const API: &[&str] = &[
     "openib_progress_poll",
     "openib_put",
     "openib_put_addr",
+    "openib_quiesce",
     "openib_rank",
     "openib_reachable",
     "openib_send",

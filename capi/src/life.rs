@@ -325,6 +325,23 @@ pub unsafe extern "C" fn openib_flush(t: *mut openib_t, timeout_ms: u32) -> c_in
     })
 }
 
+/// [`openib_flush`] without waiting for the immediate sends after each connection's last
+/// operation that reports a completion ([`Transport::quiesce`]).
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn openib_quiesce(t: *mut openib_t, timeout_ms: u32) -> c_int {
+    call("openib_quiesce", || {
+        // SAFETY: the caller's contract on `t`.
+        let mut l = unsafe { handle(t) }?.lock()?;
+        let done = l.t().quiesce(Duration::from_millis(timeout_ms.into()))?;
+        l.inner("openib_quiesce")?.done.extend(done);
+        l.gather();
+        Ok(OPENIB_OK)
+    })
+}
+
 /// Connects to every reachable peer now instead of on first use.
 ///
 /// # Safety

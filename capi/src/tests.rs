@@ -26,6 +26,7 @@ fn null_pointers_are_invalid_with_a_message() {
         );
         assert_eq!(openib_progress(null_mut()), OPENIB_ERR_INVALID);
         assert_eq!(openib_flush(null_mut(), 0), OPENIB_ERR_INVALID);
+        assert_eq!(openib_quiesce(null_mut(), 0), OPENIB_ERR_INVALID);
         assert_eq!(openib_connect_all(null_mut(), 0), OPENIB_ERR_INVALID);
         let mut c = openib_completion_t {
             peer: 0,

@@ -201,11 +201,14 @@ static int oib_del_procs(struct mca_btl_base_module_t *btl, size_t nprocs,
         free(ranks);
         return OPAL_SUCCESS;
     }
-    int rc = openib_flush(m->t, OIB_DEL_FLUSH_MS);
+    /* Every descriptor's operation completes; the last immediate sends are not waited for
+     * (openib_quiesce): the removed peers are leaving too (MPI_Finalize) and may have closed
+     * their connections already, so a request they must acknowledge would only be retried. */
+    int rc = openib_quiesce(m->t, OIB_DEL_FLUSH_MS);
     if (OPENIB_OK != rc) {
         /* In a receive callback (REENTRANT), or a peer that does not answer (TIMEOUT): what
          * is still in flight to the removed ranks fails below. */
-        opal_output_verbose(10, OIB_OUT, "btl: oib: del_procs: flush: %s", openib_last_error());
+        opal_output_verbose(10, OIB_OUT, "btl: oib: del_procs: quiesce: %s", openib_last_error());
     }
     (void) mca_btl_oib_module_progress(m);
     for (size_t i = 0; i < n; i++) {

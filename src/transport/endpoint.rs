@@ -391,6 +391,17 @@ impl Endpoint {
             || !self.written.is_empty()
     }
 
+    /// [`Endpoint::busy`], except for unsignaled messages after the last request that reports
+    /// a completion (the open tail: nobody waits for their completion).
+    pub(super) fn busy_but_tail(&self) -> bool {
+        !self.pending.is_empty()
+            || self.posted.signaled() > 0
+            || !self.outgoing.is_empty()
+            || !self.incoming.is_empty()
+            || !self.fins.is_empty()
+            || !self.written.is_empty()
+    }
+
     /// The sequence number of the next message to this peer.
     pub(super) fn take_seq(&mut self) -> u32 {
         let seq = self.next_seq;

@@ -144,8 +144,29 @@ impl Transport {
     /// by its peer, every put, get and atomic complete), or `timeout`.
     /// Not from inside a receive callback ([`TransportError::InCallback`]).
     pub fn flush(&mut self, timeout: Duration) -> Result<Vec<Completion>, TransportError> {
+        self.flush_until(timeout, "flush", true)
+    }
+
+    /// Like [`Transport::flush`], but the immediate sends after an endpoint's last request
+    /// that reports a completion (its open tail of unsignaled messages, see
+    /// [`Transport::sendi`]) are not waited for: every operation that reports a completion is
+    /// complete, and every queued one posted, but those last messages may still be on their
+    /// way. For the removal of peers that are leaving too (MPI_Finalize's `del_procs`): to learn
+    /// that the tail arrived, `flush` posts a request the peer must acknowledge, and a peer
+    /// that already removed its queue pair never does (the request is retried
+    /// `OPENIB_RETRY_COUNT` times, each after `OPENIB_ACK_TIMEOUT`).
+    pub fn quiesce(&mut self, timeout: Duration) -> Result<Vec<Completion>, TransportError> {
+        self.flush_until(timeout, "quiesce", false)
+    }
+
+    fn flush_until(
+        &mut self,
+        timeout: Duration,
+        call: &'static str,
+        whole: bool,
+    ) -> Result<Vec<Completion>, TransportError> {
         if self.callback_depth > 0 {
-            return Err(TransportError::InCallback { call: "flush" });
+            return Err(TransportError::InCallback { call });
         }
         let deadline = Instant::now() + timeout;
         let mut out = Vec::new();
@@ -153,13 +174,16 @@ impl Transport {
         let mut rounds = 0u32;
         loop {
             // A callback may send during the flush: its tail is closed within 64 rounds.
-            if rounds % 64 == 0 {
+            if whole && rounds % 64 == 0 {
                 self.close_tails();
             }
             self.progress_idle(&mut backoff)?;
             rounds = rounds.wrapping_add(1);
             out.append(&mut self.done);
-            let live_busy = |e: &Endpoint| !matches!(e.state, EndpointState::Failed(_)) && e.busy();
+            let live_busy = |e: &Endpoint| {
+                !matches!(e.state, EndpointState::Failed(_))
+                    && if whole { e.busy() } else { e.busy_but_tail() }
+            };
             if !self.eps.values().any(live_busy) {
                 return Ok(out);
             }
@@ -172,7 +196,7 @@ impl Transport {
                     .map(|(p, _)| p)
                     .collect();
                 return Err(TransportError::Timeout {
-                    what: format!("flush (busy endpoints: {busy:?})"),
+                    what: format!("{call} (busy endpoints: {busy:?})"),
                     timeout,
                 });
             }

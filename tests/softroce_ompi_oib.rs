@@ -401,15 +401,15 @@ fn del_procs_removes_the_endpoint_and_add_procs_brings_it_back() {
 /// 24-byte handle, btl_put and btl_get of 512 KiB + 3 checked byte by byte, btl_flush
 /// (returns only after the callbacks), 10 fetching adds with every old value, 2
 /// compare-and-swaps, a non-fetching add, the final counters at their owner, the refusal of
-/// 32-bit, AND and misaligned atomics, btl_deregister_mem. Then, with `btl_oib_own_rank 1`,
-/// each rank's own rank through oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
+/// 32-bit, float, AND and misaligned atomics (`OPAL_ERR_NOT_SUPPORTED`), btl_deregister_mem.
+/// Then, with `btl_oib_own_rank` (on by default), each rank's own rank through oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
 /// send nor an eager one (ob1 sends to itself through self), a put and a get of 512 KiB + 3 to
 /// itself checked byte by byte, 10 fetching adds on its own counter while the peer runs 10 on
 /// it (old values 0..19 once each across both ranks), compare-and-swaps and an add on its own
 /// memory. The finalize counters agree: two puts, two gets and 36 atomics per rank. Before the
 /// component had them these entry points were NULL (the program then finds no oib among the
 /// RDMA BTLs and aborts); before the own rank was reachable, it found no oib on its own
-/// endpoint and aborted, as it does without the setting (its default, checked too).
+/// endpoint and aborted, as it does with `btl_oib_own_rank 0` (checked too).
 #[test]
 fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     if harness::skip_guest("softroce_ompi_oib btl rdma") {
@@ -425,10 +425,10 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     let script = format!(
         "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
          echo '=== btl-rdma'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
-         --mca btl self,oib --mca btl_oib_own_rank 1 --mca btl_base_verbose 5 {exe} 2>&1; \
+         --mca btl self,oib --mca btl_base_verbose 5 {exe} 2>&1; \
          echo \"exit $?\"\n\
-         echo '=== default'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
-         --mca btl self,oib {exe} 2>&1; echo \"exit $?\"\n\
+         echo '=== off'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,oib --mca btl_oib_own_rank 0 {exe} 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n",
         exe = exe.display()
     );
@@ -446,14 +446,14 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
         );
         assert!(text.contains(&want), "rank {r}: no '{want}':\n{text}");
     }
-    // btl_oib_own_rank is off by default: the own rank is left to self (the program stops
-    // where it looks for oib on its own endpoint, after the peer part passed).
-    let text = harness::section(&out, "default").unwrap_or_else(|| panic!("no default: {out}"));
+    // btl_oib_own_rank 0: the own rank is left to self (the program stops where it looks for
+    // oib on its own endpoint, after the peer part passed).
+    let text = harness::section(&out, "off").unwrap_or_else(|| panic!("no off: {out}"));
     assert!(
         !text.contains("exit 0")
             && text.contains("is not an RDMA BTL of the own rank's endpoint")
             && !text.contains("a put byte differs"),
-        "without btl_oib_own_rank:\n{text}"
+        "with btl_oib_own_rank 0:\n{text}"
     );
 }
 
@@ -882,11 +882,12 @@ fn matrix_p2p_and_coll_under_srun_mpi_pmix() {
 
 /// osc rdma and `btl_oib_own_rank` (issue 30; tests/c/ompi_osc.c: `MPI_Win_allocate`,
 /// `MPI_Put`/`MPI_Get` to itself and its neighbour, every byte checked, `MPI_Fetch_and_op` with
-/// every old value and the final counters). With the setting oib reaches every rank, the
-/// caller included, so Open MPI's osc rdma takes the window (its name is "rdma window N")
-/// without any osc flag; without it the window goes to another osc component. Both pass on
-/// one node (osc rdma reaches its node's processes through shared memory there; across nodes
-/// it does not work yet: docs/OMPI.md, "What does not work yet").
+/// every old value and the final counters, and the contention stage). With the setting (on by
+/// default since issue 31) oib reaches every rank, the caller included, so Open MPI's osc
+/// rdma takes the window (its name is "rdma window N") without any flag; with
+/// `btl_oib_own_rank 0` the window goes to another osc component. Both pass on one node (osc
+/// rdma reaches its node's processes through shared memory there; across nodes:
+/// `osc_rdma_over_oib_across_two_emulated_nodes_under_contention`).
 #[test]
 fn osc_rdma_takes_windows_over_oib_only_with_btl_oib_own_rank() {
     if harness::skip_guest("softroce_ompi_oib osc") {
@@ -909,11 +910,11 @@ fn osc_rdma_takes_windows_over_oib_only_with_btl_oib_own_rank() {
     };
     let script = format!(
         "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n{}{}echo '=== end'\n",
-        run("own-rank", "--mca btl_oib_own_rank 1"),
-        run("default", "")
+        run("default", ""),
+        run("off", "--mca btl_oib_own_rank 0")
     );
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
-    for (name, rdma) in [("own-rank", true), ("default", false)] {
+    for (name, rdma) in [("default", true), ("off", false)] {
         let text = harness::section(&out, name).unwrap_or_else(|| panic!("no {name}: {out}"));
         assert!(text.contains("exit 0"), "{name}:\n{text}");
         for r in 0..2 {
@@ -986,7 +987,7 @@ fn osc_rdma_over_oib_across_two_emulated_nodes_under_contention() {
         "echo '=== up'; {s} up --nodes 2 --dir /tmp/slurm --wait 300 >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
          . /tmp/slurm.env\n\
          export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
-         OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=5 OMPI_MCA_btl_oib_own_rank=1\n"
+         OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=5\n"
     );
     let jobs = [("osc-N2-n2", 2u32), ("osc-N2-n4", 4)];
     for (name, n) in jobs {

@@ -122,6 +122,13 @@ fn ompi_info_lists_oib_and_its_parameters() {
             "{p} not listed:\n{out}"
         );
     }
+    // On by default (issue 31): osc rdma takes oib for windows without a flag.
+    assert!(
+        out.contains(
+            "parameter \"btl_oib_own_rank\" (current value: \"true\", data source: default"
+        ),
+        "btl_oib_own_rank is not on by default:\n{out}"
+    );
     for setting in [
         "OPENIB_IF_INCLUDE",
         "OPENIB_IF_EXCLUDE",

@@ -452,15 +452,15 @@ fn del_procs_removes_the_endpoint_and_add_procs_brings_it_back() {
 /// 24-byte handle, btl_put and btl_get of 512 KiB + 3 checked byte by byte, btl_flush
 /// (returns only after the callbacks), 10 fetching adds with every old value, 2
 /// compare-and-swaps, a non-fetching add, the final counters at their owner, the refusal of
-/// 32-bit, AND and misaligned atomics, btl_deregister_mem. Then, with `btl_oib_own_rank 1`,
-/// each rank's own rank through oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
+/// 32-bit, float, AND and misaligned atomics (`OPAL_ERR_NOT_SUPPORTED`), btl_deregister_mem.
+/// Then, with `btl_oib_own_rank` (on by default), each rank's own rank through oib (issue 30: osc rdma needs it): oib is an RDMA BTL of the own BML endpoint but neither a
 /// send nor an eager one (ob1 sends to itself through self), a put and a get of 512 KiB + 3 to
 /// itself checked byte by byte, 10 fetching adds on its own counter while the peer runs 10 on
 /// it (old values 0..19 once each across both ranks), compare-and-swaps and an add on its own
 /// memory. The finalize counters agree: two puts, two gets and 36 atomics per rank. Before the
 /// component had them these entry points were NULL (the program then finds no oib among the
 /// RDMA BTLs and aborts); before the own rank was reachable, it found no oib on its own
-/// endpoint and aborted, as it does without the setting (its default, checked too).
+/// endpoint and aborted, as it does with `btl_oib_own_rank 0` (checked too).
 #[test]
 fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     if harness::skip_guest("softroce_ompi_oib btl rdma") {
@@ -476,10 +476,10 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
     let script = format!(
         "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
          echo '=== btl-rdma'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
-         --mca btl self,oib --mca btl_oib_own_rank 1 --mca btl_base_verbose 5 {exe} 2>&1; \
+         --mca btl self,oib --mca btl_base_verbose 5 {exe} 2>&1; \
          echo \"exit $?\"\n\
-         echo '=== default'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
-         --mca btl self,oib {exe} 2>&1; echo \"exit $?\"\n\
+         echo '=== off'; timeout 300 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,oib --mca btl_oib_own_rank 0 {exe} 2>&1; echo \"exit $?\"\n\
          echo '=== end'\n",
         exe = exe.display()
     );
@@ -497,14 +497,14 @@ fn the_oib_module_puts_gets_and_runs_atomics_below_ob1() {
         );
         assert!(text.contains(&want), "rank {r}: no '{want}':\n{text}");
     }
-    // btl_oib_own_rank is off by default: the own rank is left to self (the program stops
-    // where it looks for oib on its own endpoint, after the peer part passed).
-    let text = harness::section(&out, "default").unwrap_or_else(|| panic!("no default: {out}"));
+    // btl_oib_own_rank 0: the own rank is left to self (the program stops where it looks for
+    // oib on its own endpoint, after the peer part passed).
+    let text = harness::section(&out, "off").unwrap_or_else(|| panic!("no off: {out}"));
     assert!(
         !text.contains("exit 0")
             && text.contains("is not an RDMA BTL of the own rank's endpoint")
             && !text.contains("a put byte differs"),
-        "without btl_oib_own_rank:\n{text}"
+        "with btl_oib_own_rank 0:\n{text}"
     );
 }
 
@@ -933,11 +933,12 @@ fn matrix_p2p_and_coll_under_srun_mpi_pmix() {
 
 /// osc rdma and `btl_oib_own_rank` (issue 30; tests/c/ompi_osc.c: `MPI_Win_allocate`,
 /// `MPI_Put`/`MPI_Get` to itself and its neighbour, every byte checked, `MPI_Fetch_and_op` with
-/// every old value and the final counters). With the setting oib reaches every rank, the
-/// caller included, so Open MPI's osc rdma takes the window (its name is "rdma window N")
-/// without any osc flag; without it the window goes to another osc component. Both pass on
-/// one node (osc rdma reaches its node's processes through shared memory there; across nodes
-/// it does not work yet: docs/OMPI.md, "What does not work yet").
+/// every old value and the final counters, and the contention stage). With the setting (on by
+/// default since issue 31) oib reaches every rank, the caller included, so Open MPI's osc
+/// rdma takes the window (its name is "rdma window N") without any flag; with
+/// `btl_oib_own_rank 0` the window goes to another osc component. Both pass on one node (osc
+/// rdma reaches its node's processes through shared memory there; across nodes:
+/// `osc_rdma_over_oib_across_two_emulated_nodes_under_contention`).
 #[test]
 fn osc_rdma_takes_windows_over_oib_only_with_btl_oib_own_rank() {
     if harness::skip_guest("softroce_ompi_oib osc") {
@@ -960,11 +961,11 @@ fn osc_rdma_takes_windows_over_oib_only_with_btl_oib_own_rank() {
     };
     let script = format!(
         "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n{}{}echo '=== end'\n",
-        run("own-rank", "--mca btl_oib_own_rank 1"),
-        run("default", "")
+        run("default", ""),
+        run("off", "--mca btl_oib_own_rank 0")
     );
     let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
-    for (name, rdma) in [("own-rank", true), ("default", false)] {
+    for (name, rdma) in [("default", true), ("off", false)] {
         let text = harness::section(&out, name).unwrap_or_else(|| panic!("no {name}: {out}"));
         assert!(text.contains("exit 0"), "{name}:\n{text}");
         for r in 0..2 {
@@ -976,6 +977,107 @@ fn osc_rdma_takes_windows_over_oib_only_with_btl_oib_own_rank() {
                 line.contains("(window 'rdma window"),
                 rdma,
                 "{name}: {line}"
+            );
+        }
+        assert!(
+            text.contains("ompi_osc: rank 0: contention ok (2 ranks)"),
+            "{name}:\n{text}"
+        );
+        eprint!("{name}:\n{text}");
+    }
+}
+
+/// The atomics count of one rank's finalize line (`btl_base_verbose` 5): "btl: oib: rank R:
+/// rdma: X registrations, P puts (PB bytes), G gets (GB bytes), A atomics".
+fn rdma_atomics(text: &str, rank: u32) -> Option<u64> {
+    let head = format!("btl: oib: rank {rank}: rdma: ");
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
+    line.split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .nth(5)
+        .map(|s| s.parse().expect("digits"))
+}
+
+/// One-sided MPI over oib across two emulated nodes (scripts/slurm in one guest, `srun
+/// --mpi=pmix -N 2`), where osc rdma cannot use shared memory and every put, get and atomic
+/// between the nodes (and each rank's atomics on its own window) goes through oib:
+/// tests/c/ompi_osc.c with 2 ranks (one per node) and 4 (two per node; each node's
+/// `osc_rdma_backing_directory` its own, since both emulated nodes share one /tmp and one host
+/// name): puts and gets every byte checked, `MPI_Fetch_and_op` on a counter that is not 8-byte
+/// aligned, and the contention stage (100 fetch-and-adds per rank on one counter at rank 0,
+/// every old value fetched once and the exact sum; a lock on `MPI_Compare_and_swap` guarding a
+/// critical section never held twice, whose get-increment-put counter loses no update;
+/// `MPI_MAX` and `MPI_Accumulate`). The window is osc rdma's and the finalize counters show
+/// oib's atomics on every rank.
+///
+/// Before the fix oib refused the misaligned fetch-and-op (and any operation but add) with
+/// `OPAL_ERR_NOT_AVAILABLE`, which osc rdma retries for ever while it holds rank 0's
+/// accumulate lock: rank 1 spun on the refusal, rank 0 on the lock, and the job hit its timeout
+/// (exit 124; seen with this test). Now the refusal is `OPAL_ERR_NOT_SUPPORTED` and osc rdma
+/// falls back to get-op-put under its lock.
+#[test]
+fn osc_rdma_over_oib_across_two_emulated_nodes_under_contention() {
+    if harness::skip_guest("softroce_ompi_oib osc across nodes") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    if prereq::require(slurm::installed()).is_none() {
+        return;
+    }
+    let Some(exe) = prereq::require(ompi::mpicc_linked("ompi_osc", &["-O1".to_string()], &[]))
+    else {
+        return;
+    };
+    let s = format!("{}/scripts/slurm", env!("CARGO_MANIFEST_DIR"));
+    let dir = so.parent().expect("dir").display().to_string();
+    let mut script = format!(
+        "echo '=== up'; {s} up --nodes 2 --dir /tmp/slurm --wait 300 >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
+         . /tmp/slurm.env\n\
+         export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
+         OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=5\n"
+    );
+    let jobs = [("osc-N2-n2", 2u32), ("osc-N2-n4", 4)];
+    for (name, n) in jobs {
+        let launcher = format!(
+            "timeout 300 srun --mpi=pmix -N 2 -n {n} --ntasks-per-node {} --immediate=120 \
+             --wait=120 --kill-on-bad-exit=1 sh -c 'd=/tmp/osc-$SLURMD_NODENAME; mkdir -p $d; \
+             OMPI_MCA_osc_rdma_backing_directory=$d exec \"$0\"'",
+            n / 2
+        );
+        script.push_str(&job(name, &launcher, &exe, ""));
+    }
+    script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"));
+    let out = harness::guest_run_ok(&["--timeout", "1500"], &["sh", "-c", &script]);
+    let up = job_text(&out, "up");
+    assert!(
+        !up.contains("FAILED"),
+        "scripts/slurm up in the guest: {up}"
+    );
+    for (name, n) in jobs {
+        let text = job_text(&out, name);
+        assert_eq!(exit_status(name, &text), 0, "{name} (124: a hang):\n{text}");
+        assert!(
+            text.contains(&format!("ompi_osc: rank 0: contention ok ({n} ranks)")),
+            "{name}:\n{text}"
+        );
+        for r in 0..n {
+            let line = text
+                .lines()
+                .find(|l| l.starts_with(&format!("ompi_osc: rank {r} of {n} ok")))
+                .unwrap_or_else(|| panic!("{name}: rank {r} did not finish:\n{text}"));
+            assert!(line.contains("(window 'rdma window"), "{name}: {line}");
+            // Through oib: rank 0 its own compare-and-swaps at least (loopback queue pair),
+            // every other rank its 100 contended fetch-and-adds at least.
+            let atomics = rdma_atomics(&text, r)
+                .unwrap_or_else(|| panic!("{name}: no counters of rank {r}:\n{text}"));
+            let least = if 0 == r { 24 } else { 100 };
+            assert!(
+                atomics >= least,
+                "{name}: rank {r}: {atomics} oib atomics:\n{text}"
             );
         }
         eprint!("{name}:\n{text}");

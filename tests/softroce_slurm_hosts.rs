@@ -8,7 +8,11 @@
 //! C ABI example `tests/c/exchange.c`, and ob1 over the oib component (`tests/c/ompi_matrix.c
 //! p2p=1048576 coll`: point-to-point up to 1 MiB and collectives, every byte checked, every
 //! rank over oib), every rank saying which host it ran on; and with `-n 4` (two ranks per host)
-//! over `self,vader,oib`, vader within a host and oib between them (`p2p=262144 coll`). Timings are printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
+//! over `self,vader,oib`, vader within a host and oib between them (`p2p=262144 coll`); and
+//! one-sided MPI, tests/c/ompi_osc.c with one rank per host: osc rdma takes the window over
+//! oib with no osc flag (put/get, fetch-and-op on an aligned and a misaligned counter, the
+//! contention stage: fetch-and-adds on one counter, a compare-and-swap lock, MAX, accumulate),
+//! every rank's atomics counted by oib. Timings are printed (the cross-host latency and bandwidth, docs/RUNTIME.md), never asserted.
 //!
 //! The second guest keeps its slurmd up until the first guest's controller has not answered
 //! three times in a row (each `sinfo` bounded to 10 s; at most its guest timeout). Every srun is bounded (`--immediate`, `--wait`, `timeout`).
@@ -91,6 +95,12 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
     let Some(matrix) = prereq::require(ompi::matrix()) else {
         return;
     };
+    // tests/c/ompi_osc.c: one-sided MPI (osc rdma) over oib across the hosts.
+    let Some(osc) = prereq::require(ompi::mpicc_linked("ompi_osc", &["-O1".to_string()], &[]))
+    else {
+        return;
+    };
+    let osc = osc.display().to_string();
     let (so, matrix) = (so.display().to_string(), matrix.display().to_string());
     let so_dir = so.rsplit_once('/').expect("dir").0.to_string();
     let b = env!("CARGO_BIN_EXE_openib");
@@ -100,7 +110,7 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
     let mut first = format!(
         "echo '=== up'; {up} >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
          . /tmp/slurm.env\n\
-         cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} >/dev/null\n\
+         cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} {osc} >/dev/null\n\
          on() {{ timeout 400 srun --mpi=pmix -N 2 -n 2 --ntasks-per-node 1 --immediate=120 --wait=120 --kill-on-bad-exit=1 \
             sh -c 'echo \"slurm: rank $SLURM_PROCID on $SLURMD_NODENAME\" >&2; exec \"$@\"' sh \"$@\"; }}\n\
          on4() {{ timeout 400 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 --wait=120 --kill-on-bad-exit=1 \
@@ -122,6 +132,15 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             format!(
                 "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
                  OMPI_MCA_btl=self,vader,oib OMPI_MCA_btl_base_verbose=10; on4 {matrix} p2p=262144 coll)"
+            ),
+        ),
+        // One-sided MPI: osc rdma takes the window over oib (no osc flag), its locks and
+        // atomics by verbs atomics between the hosts (the contention stage of ompi_osc.c).
+        (
+            "osc",
+            format!(
+                "(export OMPI_MCA_mca_base_component_path={so_dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
+                 OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=5; on {osc})"
             ),
         ),
         (
@@ -162,7 +181,7 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
     let second = format!(
         "echo '=== up'; {up} >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; tail -n 20 /tmp/slurm/log/*; exit 1; }}\n\
          . /tmp/slurm.env\n\
-         cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} >/dev/null\n\
+         cat {b} {dir}/exchange {dir}/../libopenib.so {so} {matrix} {osc} >/dev/null\n\
          misses=0; while [ $misses -lt 3 ] && [ $SECONDS -lt 1100 ]; do if timeout 10 sinfo -h >/dev/null 2>&1; then misses=0; else misses=$((misses + 1)); fi; sleep 5; done\n\
          echo \"=== waited\"; echo \"$SECONDS s\"; tail -n 30 /tmp/slurm/log/*\n\
          {s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"
@@ -297,6 +316,31 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
             assert_eq!(count("vader"), 4, "one vader peer per rank: {ctx}");
             assert_eq!(count("oib"), 8, "two oib peers per rank: {ctx}");
             eprintln!("ompi_matrix over self,vader,oib, 2 ranks per host: ok");
+        } else if name == "osc" {
+            let all_text = format!("{text}\n{err}");
+            assert!(
+                all_text.contains("ompi_osc: rank 0: contention ok (2 ranks)"),
+                "{ctx}"
+            );
+            for r in 0..2 {
+                assert!(
+                    all_text.contains(&format!("ompi_osc: rank {r} of 2 ok (window 'rdma window")),
+                    "rank {r}: {ctx}"
+                );
+                // Its atomics went through oib (rank 1's contended ones to rank 0 at least).
+                let atomics = all_text
+                    .lines()
+                    .find_map(|l| l.split_once(&format!("btl: oib: rank {r}: rdma: ")))
+                    .and_then(|(_, t)| {
+                        t.split(|c: char| !c.is_ascii_digit())
+                            .filter(|s| !s.is_empty())
+                            .nth(5)
+                            .and_then(|s| s.parse::<u64>().ok())
+                    })
+                    .unwrap_or_else(|| panic!("no counters of rank {r}: {ctx}"));
+                assert!(atomics >= if 0 == r { 24 } else { 100 }, "rank {r}: {ctx}");
+            }
+            eprintln!("ompi_osc across hosts over oib: ok");
         } else if name == "mpi" {
             // ob1 over oib between the hosts: every byte of p2p (0 B to 1 MiB) and of the
             // collectives checked by tests/c/ompi_matrix.c.

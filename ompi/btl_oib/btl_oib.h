@@ -21,10 +21,10 @@
 
 #include "openib.h"
 
-/* btl_oib_own_rank's default: off until osc rdma runs over oib across nodes (with it on,
- * osc rdma takes oib for every window, and an MPI_Fetch_and_op contended by a process and a
- * peer on another node hung in the guest: docs/OMPI.md, "What does not work yet"). */
-#define OIB_OWN_RANK_DEFAULT false
+/* btl_oib_own_rank's default: on, so that osc rdma takes oib for windows without a flag
+ * (docs/OMPI.md, "The own rank"). It was off while a fetch-and-op contended across nodes hung
+ * (atomics refused with a code osc rdma retries for ever: "One-sided MPI"). */
+#define OIB_OWN_RANK_DEFAULT true
 
 BEGIN_C_DECLS
 

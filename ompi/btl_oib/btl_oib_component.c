@@ -136,8 +136,8 @@ static int oib_register(void)
         &c->super.btl_version, "own_rank",
         "Report this process's own rank reachable through oib (a loopback queue pair; ob1 "
         "still sends to itself through self). osc rdma takes a BTL for a window only if it "
-        "reaches every rank, the caller included: with this set it selects oib "
-        "(docs/OMPI.md, \"The own rank\", says what does not work yet)",
+        "reaches every rank, the caller included: with this set (the default) it "
+        "selects oib (docs/OMPI.md, \"The own rank\")",
         MCA_BASE_VAR_TYPE_BOOL, NULL, 0, 0, OPAL_INFO_LVL_5, MCA_BASE_VAR_SCOPE_READONLY,
         &c->own_rank);
     c->connect_timeout = 60000;

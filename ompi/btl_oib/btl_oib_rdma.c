@@ -34,6 +34,13 @@
 
 #define OIB_OUT (opal_btl_base_framework.framework_output)
 
+/* What an atomic verbs cannot do returns (32-bit, float, an operation other than add, a
+ * target not 8-byte aligned): btl.h names OPAL_ERR_NOT_AVAILABLE for these, but Open MPI
+ * 4.1's osc rdma treats only OPAL_ERR_NOT_SUPPORTED as "use another way" (as the openib BTL
+ * returns); with NOT_AVAILABLE it retries the atomic for ever while it holds the target's
+ * accumulate lock (docs/OMPI.md, "One-sided MPI"). */
+#define OIB_ATOMIC_REFUSED OPAL_ERR_NOT_SUPPORTED
+
 /* The largest transport operation a put or get is cut into. */
 #define OIB_RDMA_PIECE ((size_t) 1 << 20)
 
@@ -403,12 +410,15 @@ static int atomic(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep, i
     if (NULL == ep || NULL == mem || NULL == remote_handle) {
         return OPAL_ERR_BAD_PARAM;
     }
-    /* Verbs atomics are 64-bit integer operations only. */
+    /* Verbs atomics are 64-bit integer operations on 8-byte aligned words only. A refusal is
+     * OPAL_ERR_NOT_SUPPORTED (OIB_ATOMIC_REFUSED): the code Open MPI 4.1's osc rdma falls
+     * back on (get-op-put under its accumulate lock); any other error makes it retry the same
+     * atomic for ever, holding that lock. */
     if (flags & (MCA_BTL_ATOMIC_FLAG_32BIT | MCA_BTL_ATOMIC_FLAG_FLOAT)) {
-        return OPAL_ERR_NOT_AVAILABLE;
+        return OIB_ATOMIC_REFUSED;
     }
     if (0 != (remote_address & 7)) {
-        return OPAL_ERR_NOT_AVAILABLE; /* alignment, as btl.h says */
+        return OIB_ATOMIC_REFUSED;
     }
     mca_btl_oib_rdma_t *op = op_new(m, ep, reported_address, local_handle, cbfunc, cbcontext,
                                     cbdata);
@@ -440,7 +450,7 @@ static int oib_atomic_fop(struct mca_btl_base_module_t *btl, struct mca_btl_base
                           void *cbdata)
 {
     if (MCA_BTL_ATOMIC_ADD != op) {
-        return OPAL_ERR_NOT_AVAILABLE;
+        return OIB_ATOMIC_REFUSED;
     }
     if (NULL == local_handle) {
         return OPAL_ERR_BAD_PARAM;
@@ -458,7 +468,7 @@ static int oib_atomic_op(struct mca_btl_base_module_t *btl, struct mca_btl_base_
 {
     mca_btl_oib_module_t *m = module_of(btl);
     if (MCA_BTL_ATOMIC_ADD != op) {
-        return OPAL_ERR_NOT_AVAILABLE;
+        return OIB_ATOMIC_REFUSED;
     }
     /* A fetch-and-add whose old value lands in the module's scratch word. */
     return atomic(m, ep, 0, openib_mem_ptr(m->scratch), m->scratch, NULL, remote_address,

@@ -9,7 +9,9 @@
  *     btl_atomic_cswap (the first swaps, the second sees the first's value), 1 btl_atomic_op
  *     (add 1000), then btl_flush of that endpoint; after a barrier each rank checks its own
  *     counters (55 + 1000 and the swapped value);
- *   - refusals: a 32-bit fop, an AND, a misaligned target (OPAL_ERR_NOT_AVAILABLE);
+ *   - refusals: a 32-bit fop, a float fop, an AND (fop and op), a misaligned target (cswap
+ *     and op): OPAL_ERR_NOT_SUPPORTED, the code osc rdma falls back on (with
+ *     OPAL_ERR_NOT_AVAILABLE it retried for ever: docs/OMPI.md, "One-sided MPI");
  *   - every callback ran once with OPAL_SUCCESS;
  *   - its own rank through oib (Open MPI's osc rdma takes a BTL only if it reaches every rank
  *     of a window, the caller included): oib is an RDMA BTL of its own BML endpoint (the same
@@ -334,15 +336,25 @@ int main(int argc, char **argv)
     if (OPAL_SUCCESS != rc) {
         die("btl_atomic_op", rc);
     }
-    /* Refused: 32-bit, another operation, a misaligned target. */
-    if (OPAL_ERR_NOT_AVAILABLE
+    /* Refused: 32-bit, float, another operation, a misaligned target. */
+    if (OPAL_ERR_NOT_SUPPORTED
             != btl->btl_atomic_fop(btl, ep, &old[0], pc, mine, rh, MCA_BTL_ATOMIC_ADD, 1,
                                    MCA_BTL_ATOMIC_FLAG_32BIT, MCA_BTL_NO_ORDER, done_cb, NULL,
                                    &at_done)
-        || OPAL_ERR_NOT_AVAILABLE
+        || OPAL_ERR_NOT_SUPPORTED
+               != btl->btl_atomic_fop(btl, ep, &old[0], pc, mine, rh, MCA_BTL_ATOMIC_ADD, 1,
+                                      MCA_BTL_ATOMIC_FLAG_FLOAT, MCA_BTL_NO_ORDER, done_cb,
+                                      NULL, &at_done)
+        || OPAL_ERR_NOT_SUPPORTED
                != btl->btl_atomic_fop(btl, ep, &old[0], pc, mine, rh, MCA_BTL_ATOMIC_AND, 1, 0,
                                       MCA_BTL_NO_ORDER, done_cb, NULL, &at_done)
-        || OPAL_ERR_NOT_AVAILABLE
+        || OPAL_ERR_NOT_SUPPORTED
+               != btl->btl_atomic_op(btl, ep, pc, rh, MCA_BTL_ATOMIC_AND, 1, 0,
+                                     MCA_BTL_NO_ORDER, done_cb, NULL, &at_done)
+        || OPAL_ERR_NOT_SUPPORTED
+               != btl->btl_atomic_op(btl, ep, pc + 4, rh, MCA_BTL_ATOMIC_ADD, 1, 0,
+                                     MCA_BTL_NO_ORDER, done_cb, NULL, &at_done)
+        || OPAL_ERR_NOT_SUPPORTED
                != btl->btl_atomic_cswap(btl, ep, &old[0], pc + 4, mine, rh, 0, 1, 0,
                                         MCA_BTL_NO_ORDER, done_cb, NULL, &at_done)) {
         die("an atomic that verbs cannot do was not refused", 0);

@@ -1,14 +1,26 @@
 /*
- * ompi_osc.c: one-sided MPI on a window of MPI_Win_allocate (issue 30's try for the next
- * issue: does osc rdma run over oib?). Every rank, under a passive-target lock_all epoch:
+ * ompi_osc.c: one-sided MPI on a window of MPI_Win_allocate (osc rdma over oib, issue 31).
+ * Every rank, under a passive-target lock_all epoch:
  *   - MPI_Put of N bytes into its own window and into its right neighbour's, MPI_Get of both
  *     back after a flush, every byte checked;
  *   - MPI_Fetch_and_op (MPI_SUM, 64-bit) ITERS times on a counter in rank 0's window and on
- *     its own: after a barrier every old value and the final counters are checked.
+ *     its own: after a barrier every old value and the final counters are checked. These two
+ *     counters sit at offset 2N + 8 (and + 16), deliberately NOT 8-byte aligned: an atomic
+ *     verbs cannot do, so osc rdma must take its other way (before the fix, oib refused it
+ *     with OPAL_ERR_NOT_AVAILABLE and osc rdma retried for ever holding rank 0's accumulate
+ *     lock: docs/OMPI.md, "One-sided MPI");
+ *   - contention (8-byte aligned words at rank 0): CONT MPI_Fetch_and_op SUM +1 per rank on
+ *     one counter, every old value fetched exactly once over all ranks (gathered at rank 0)
+ *     and the exact sum; a lock built on MPI_Compare_and_swap (0 -> rank + 1, released by
+ *     CAS back to 0 with the holder checked) guarding a critical section LOCKS times per rank:
+ *     inside, a holder count by MPI_Fetch_and_op must go 0 -> 1 -> 0 (never two holders) and
+ *     a counter is read by MPI_Get and written back + 1 by MPI_Put (a lost update shows in
+ *     its final value); MPI_Fetch_and_op MPI_MAX and MPI_Accumulate SUM and MAX (operations
+ *     oib refuses or does with its non-fetching add), final values checked.
  * argv[1] "own": only the fetch-and-ops on the own counter; "peer": rank 0 leaves counter 0
- * to the others (try aids: docs/OMPI.md, "What does not work yet"). Each stage is named on
- * stderr as it starts. Prints "ompi_osc: rank R of S ok (window '<name>')" (osc rdma names
- * its windows "rdma window N") and exits 0, or names what failed and calls MPI_Abort.
+ * to the others (try aids); both skip the contention stage. Each stage is named on stderr as
+ * it starts. Prints "ompi_osc: rank R of S ok (window '<name>')" (osc rdma names its windows
+ * "rdma window N") and exits 0, or names what failed and calls MPI_Abort.
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -18,8 +30,12 @@
 
 #define N 100003
 #define ITERS 16
-#define WIN (2 * N + 64)
-#define CNT (2 * N + 8) /* 8-byte aligned: two counters */
+#define WIN (2 * N + 130) /* a multiple of 8: osc sm packs the ranks' windows together */
+#define CNT (2 * N + 8) /* two counters, NOT 8-byte aligned (2N + 8 = 6 mod 8) */
+#define AL (2 * N + 32)  /* 8-byte aligned words of the contention stage (W_*) */
+#define CONT 100         /* fetch-and-ops per rank on one counter */
+#define LOCKS 12         /* critical sections per rank */
+enum { W_SUM, W_LOCK, W_INSIDE, W_CS, W_FMAX, W_ASUM, W_AMAX, W_COUNT };
 
 static int rank, size;
 
@@ -41,6 +57,132 @@ static unsigned char pat(int from, int to, size_t i)
     return (unsigned char) (i * 7u + (size_t) from * 31u + (size_t) to * 57u + (i >> 8));
 }
 
+/* Displacement of word w of the contention stage (8-byte aligned when the window is). */
+static MPI_Aint word(int w)
+{
+    return AL + 8 * (MPI_Aint) w;
+}
+
+static void fop(int64_t v, int64_t *old, MPI_Aint at, MPI_Op op, MPI_Win win, const char *what)
+{
+    int rc = MPI_Fetch_and_op(&v, old, MPI_INT64_T, 0, at, op, win);
+    if (MPI_SUCCESS != rc) {
+        die(what, rc);
+    }
+    MPI_Win_flush(0, win);
+}
+
+/* The contention stage (in a lock_all epoch; every word lives at rank 0). */
+static void contention(MPI_Win win)
+{
+    int rc;
+    stage("contention: fetch_and_op sum");
+    int64_t *olds = malloc(sizeof(int64_t) * CONT);
+    for (int i = 0; i < CONT; i++) {
+        fop(1, &olds[i], word(W_SUM), MPI_SUM, win, "MPI_Fetch_and_op SUM (contention)");
+        if (i > 0 && olds[i] <= olds[i - 1]) {
+            die("contention: old values of the shared counter not increasing", i);
+        }
+    }
+    int64_t *all = 0 == rank ? malloc(sizeof(int64_t) * CONT * size) : NULL;
+    MPI_Gather(olds, CONT, MPI_INT64_T, all, CONT, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (0 == rank) {
+        /* Every value 0 .. CONT * size - 1 fetched exactly once. */
+        char *seen = calloc((size_t) CONT * size, 1);
+        for (long i = 0; i < (long) CONT * size; i++) {
+            if (all[i] < 0 || all[i] >= (int64_t) CONT * size || seen[all[i]]++) {
+                die("contention: an old value out of range or fetched twice", (long) all[i]);
+            }
+        }
+        free(seen);
+        free(all);
+    }
+    free(olds);
+
+    stage("contention: compare_and_swap lock");
+    const int64_t zero = 0, me = rank + 1;
+    long busy = 0;
+    for (int i = 0; i < LOCKS; i++) {
+        int64_t old = -1;
+        for (;;) {
+            if (MPI_SUCCESS
+                != (rc = MPI_Compare_and_swap(&me, &zero, &old, MPI_INT64_T, 0, word(W_LOCK),
+                                              win))) {
+                die("MPI_Compare_and_swap (take)", rc);
+            }
+            MPI_Win_flush(0, win);
+            if (0 == old) {
+                break;
+            }
+            if (old < 1 || old > size || old == me) {
+                die("the lock word holds no rank (or ours while we wait)", (long) old);
+            }
+            busy++;
+        }
+        int64_t in = -1, cs = -1;
+        fop(1, &in, word(W_INSIDE), MPI_SUM, win, "MPI_Fetch_and_op (enter)");
+        if (0 != in) {
+            die("two holders in the critical section", (long) in);
+        }
+        if (MPI_SUCCESS != (rc = MPI_Get(&cs, 1, MPI_INT64_T, 0, word(W_CS), 1, MPI_INT64_T, win))) {
+            die("MPI_Get (critical section)", rc);
+        }
+        MPI_Win_flush(0, win);
+        cs++;
+        if (MPI_SUCCESS != (rc = MPI_Put(&cs, 1, MPI_INT64_T, 0, word(W_CS), 1, MPI_INT64_T, win))) {
+            die("MPI_Put (critical section)", rc);
+        }
+        MPI_Win_flush(0, win);
+        fop(-1, &in, word(W_INSIDE), MPI_SUM, win, "MPI_Fetch_and_op (leave)");
+        if (1 != in) {
+            die("the holder count on leaving", (long) in);
+        }
+        if (MPI_SUCCESS
+            != (rc = MPI_Compare_and_swap(&zero, &me, &old, MPI_INT64_T, 0, word(W_LOCK), win))) {
+            die("MPI_Compare_and_swap (release)", rc);
+        }
+        MPI_Win_flush(0, win);
+        if (old != me) {
+            die("the lock was not ours at release", (long) old);
+        }
+    }
+    fprintf(stderr, "ompi_osc: rank %d: lock: %d sections, %ld busy tries\n", rank, LOCKS, busy);
+
+    stage("contention: max and accumulate");
+    for (int i = 0; i < 4; i++) {
+        int64_t old, v = 1000 * rank + i, one = 1;
+        fop(v, &old, word(W_FMAX), MPI_MAX, win, "MPI_Fetch_and_op MAX");
+        if (MPI_SUCCESS != (rc = MPI_Accumulate(&one, 1, MPI_INT64_T, 0, word(W_ASUM), 1,
+                                                MPI_INT64_T, MPI_SUM, win))
+            || MPI_SUCCESS != (rc = MPI_Accumulate(&v, 1, MPI_INT64_T, 0, word(W_AMAX), 1,
+                                                   MPI_INT64_T, MPI_MAX, win))) {
+            die("MPI_Accumulate", rc);
+        }
+        MPI_Win_flush(0, win);
+    }
+}
+
+/* Rank 0 checks the contention stage's words in its window (after every rank finished). */
+static void contention_check(const unsigned char *base)
+{
+    int64_t w[W_COUNT];
+    memcpy(w, base + AL, sizeof w);
+    const int64_t top = 1000 * (size - 1) + 3;
+    if (w[W_SUM] != (int64_t) CONT * size) {
+        die("contention: the shared counter's sum", (long) w[W_SUM]);
+    }
+    if (0 != w[W_LOCK] || 0 != w[W_INSIDE]) {
+        die("the lock or the holder count not free at the end", (long) (w[W_LOCK] + w[W_INSIDE]));
+    }
+    if (w[W_CS] != (int64_t) LOCKS * size) {
+        die("the critical section's counter (a lost update?)", (long) w[W_CS]);
+    }
+    if (w[W_FMAX] != top || w[W_AMAX] != top || w[W_ASUM] != 4 * (int64_t) size) {
+        die("MPI_MAX or MPI_Accumulate results", (long) w[W_FMAX]);
+    }
+    fprintf(stderr, "ompi_osc: rank 0: contention ok (%d ranks)\n", size);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -55,6 +197,10 @@ int main(int argc, char **argv)
         die("MPI_Win_allocate", rc);
     }
     MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
+    if (0 == rank && 0 != ((uintptr_t) base & 7)) {
+        /* The contention stage's words (at rank 0) must be 8-byte aligned. */
+        die("rank 0's window base is not 8-byte aligned", (long) ((uintptr_t) base & 7));
+    }
     memset(base, 0, WIN);
     MPI_Barrier(MPI_COMM_WORLD);
 
@@ -122,6 +268,9 @@ int main(int argc, char **argv)
             die("an old value of the own counter", (long) old1[i]);
         }
     }
+    if (argc <= 1) {
+        contention(win);
+    }
     stage("unlock_all");
     MPI_Win_unlock_all(win);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -137,6 +286,9 @@ int main(int argc, char **argv)
     int64_t c0, c1;
     memcpy(&c0, base + CNT, 8);
     memcpy(&c1, base + CNT + 8, 8);
+    if (0 == rank && argc <= 1) {
+        contention_check(base);
+    }
     MPI_Win_unlock(rank, win);
     if (c1 != ITERS || (0 == rank && c0 != (own_only ? (peer_only ? (int64_t) ITERS * (size - 1) : 0) : (int64_t) ITERS * size))) {
         die("final counters", (long) c0);

@@ -17,8 +17,11 @@
  *     a counter is read by MPI_Get and written back + 1 by MPI_Put (a lost update shows in
  *     its final value); MPI_Fetch_and_op MPI_MAX and MPI_Accumulate SUM and MAX (operations
  *     oib refuses or does with its non-fetching add), final values checked.
+ * Then a window of MPI_Win_create (created_window: fence, MPI_Rput/MPI_Rget,
+ * MPI_Get_accumulate, post/start/complete/wait).
  * argv[1] "own": only the fetch-and-ops on the own counter; "peer": rank 0 leaves counter 0
- * to the others (try aids); both skip the contention stage. Each stage is named on stderr as
+ * to the others (try aids); both skip the contention stage and the created window;
+ * "allocated" skips only the created window. Each stage is named on stderr as
  * it starts. Prints "ompi_osc: rank R of S ok (window '<name>')" (osc rdma names its windows
  * "rdma window N") and exits 0, or names what failed and calls MPI_Abort.
  */
@@ -183,6 +186,116 @@ static void contention_check(const unsigned char *base)
     fprintf(stderr, "ompi_osc: rank 0: contention ok (%d ranks)\n", size);
 }
 
+/* A window of MPI_Win_create on the caller's memory (osc rdma registers it through the BTL):
+ * fence epochs (a put to the right neighbour, got back), MPI_Rput/MPI_Rget completed by
+ * MPI_Wait, MPI_Get_accumulate (SUM, 64-bit) on a counter at rank 0 under lock_all, and a
+ * post/start/complete/wait epoch with both neighbours; every byte and value checked. */
+static void created_window(void)
+{
+    enum { M = 4096, ACC = 2 * M, PSCW = 2 * M + 8, ROUNDS = 8 };
+    int right = (rank + 1) % size, left = (rank + size - 1) % size;
+    size_t bytes = 2 * M + 64;
+    unsigned char *buf = calloc(1, bytes), src[M], back[M];
+    MPI_Win w;
+    int rc;
+    stage("MPI_Win_create");
+    if (NULL == buf) {
+        die("calloc", 0);
+    }
+    if (MPI_SUCCESS != (rc = MPI_Win_create(buf, (MPI_Aint) bytes, 1, MPI_INFO_NULL,
+                                            MPI_COMM_WORLD, &w))) {
+        die("MPI_Win_create", rc);
+    }
+    MPI_Win_set_errhandler(w, MPI_ERRORS_RETURN);
+    for (size_t i = 0; i < M; i++) {
+        src[i] = (unsigned char) (pat(rank, right, i) ^ 0x5a);
+    }
+    stage("created window: fence put");
+    MPI_Win_fence(0, w);
+    if (MPI_SUCCESS != (rc = MPI_Put(src, M, MPI_BYTE, right, 0, M, MPI_BYTE, w))) {
+        die("MPI_Put in a fence epoch", rc);
+    }
+    MPI_Win_fence(0, w);
+    for (size_t i = 0; i < M; i++) {
+        if (buf[i] != (unsigned char) (pat(left, rank, i) ^ 0x5a)) {
+            die("a byte the left neighbour put in a fence epoch differs", (long) i);
+        }
+    }
+    stage("created window: fence get");
+    if (MPI_SUCCESS != (rc = MPI_Get(back, M, MPI_BYTE, right, 0, M, MPI_BYTE, w))) {
+        die("MPI_Get in a fence epoch", rc);
+    }
+    MPI_Win_fence(0, w);
+    if (0 != memcmp(back, src, M)) {
+        die("the bytes got back in a fence epoch differ", 0);
+    }
+    stage("created window: rput and rget");
+    MPI_Win_lock_all(0, w);
+    MPI_Request r;
+    for (size_t i = 0; i < M; i++) {
+        src[i] ^= 0xff;
+    }
+    if (MPI_SUCCESS != (rc = MPI_Rput(src, M, MPI_BYTE, right, M, M, MPI_BYTE, w, &r))) {
+        die("MPI_Rput", rc);
+    }
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    MPI_Win_flush(right, w);
+    memset(back, 0, M);
+    if (MPI_SUCCESS != (rc = MPI_Rget(back, M, MPI_BYTE, right, M, M, MPI_BYTE, w, &r))) {
+        die("MPI_Rget", rc);
+    }
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    if (0 != memcmp(back, src, M)) {
+        die("the bytes of MPI_Rget differ from those of MPI_Rput", 0);
+    }
+    stage("created window: get_accumulate");
+    int64_t add = rank + 1, old = -1, last = -1;
+    for (int k = 0; k < ROUNDS; k++) {
+        if (MPI_SUCCESS != (rc = MPI_Get_accumulate(&add, 1, MPI_INT64_T, &old, 1, MPI_INT64_T,
+                                                    0, ACC, 1, MPI_INT64_T, MPI_SUM, w))) {
+            die("MPI_Get_accumulate", rc);
+        }
+        MPI_Win_flush(0, w);
+        if (old <= last || old < 0) {
+            die("an old value of MPI_Get_accumulate did not grow", (long) old);
+        }
+        last = old;
+    }
+    MPI_Win_unlock_all(w);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (0 == rank) {
+        int64_t sum;
+        MPI_Win_lock(MPI_LOCK_SHARED, 0, 0, w);
+        memcpy(&sum, buf + ACC, 8);
+        MPI_Win_unlock(0, w);
+        if (sum != (int64_t) ROUNDS * size * (size + 1) / 2) {
+            die("the sum of MPI_Get_accumulate", (long) sum);
+        }
+    }
+    stage("created window: post/start/complete/wait");
+    MPI_Group world, nb;
+    MPI_Comm_group(MPI_COMM_WORLD, &world);
+    int peers[2] = {left, right};
+    MPI_Group_incl(world, left == right ? 1 : 2, peers, &nb);
+    int64_t me = rank;
+    MPI_Win_post(nb, 0, w);
+    MPI_Win_start(nb, 0, w);
+    if (MPI_SUCCESS != (rc = MPI_Put(&me, 1, MPI_INT64_T, right, PSCW, 1, MPI_INT64_T, w))) {
+        die("MPI_Put in a post/start epoch", rc);
+    }
+    MPI_Win_complete(w);
+    MPI_Win_wait(w);
+    int64_t got;
+    memcpy(&got, buf + PSCW, 8);
+    if (got != left) {
+        die("the value the left neighbour put in a post/start epoch", (long) got);
+    }
+    MPI_Group_free(&nb);
+    MPI_Group_free(&world);
+    MPI_Win_free(&w);
+    free(buf);
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -243,6 +356,9 @@ int main(int argc, char **argv)
     int own_only = argc > 1 && 0 == strcmp(argv[1], "own");
     /* "peer": rank 0 leaves its counter 0 to the others (no own access to it). */
     int peer_only = argc > 1 && 0 == strcmp(argv[1], "peer");
+    /* "allocated": every stage but the created window (osc components other than rdma
+     * cannot make one: MPI_Win_create fails with "invalid window" without osc rdma). */
+    int full = argc <= 1 || 0 == strcmp(argv[1], "allocated");
     if (peer_only && 0 == rank) {
         own_only = 1;
     }
@@ -268,7 +384,7 @@ int main(int argc, char **argv)
             die("an old value of the own counter", (long) old1[i]);
         }
     }
-    if (argc <= 1) {
+    if (full) {
         contention(win);
     }
     stage("unlock_all");
@@ -286,7 +402,7 @@ int main(int argc, char **argv)
     int64_t c0, c1;
     memcpy(&c0, base + CNT, 8);
     memcpy(&c1, base + CNT + 8, 8);
-    if (0 == rank && argc <= 1) {
+    if (0 == rank && full) {
         contention_check(base);
     }
     MPI_Win_unlock(rank, win);
@@ -298,6 +414,9 @@ int main(int argc, char **argv)
     int len = 0;
     MPI_Win_get_name(win, name, &len);
     MPI_Win_free(&win);
+    if (argc <= 1) {
+        created_window();
+    }
     printf("ompi_osc: rank %d of %d ok (window '%s')\n", rank, size, name);
     fflush(stdout);
     free(src);

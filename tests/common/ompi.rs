@@ -105,8 +105,12 @@ pub fn mpicc_linked(name: &str, flags: &[String], libs: &[String]) -> Result<Pat
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("ompi_oib");
     std::fs::create_dir_all(&dir).map_err(|e| Unmet::Broken(format!("{dir:?}: {e}")))?;
     let exe = dir.join(name);
-    // Compiled under this process's name, then renamed: test binaries may run at once.
-    let tmp = dir.join(format!("{name}.{}", std::process::id()));
+    // Compiled under a name of its own, then renamed: test binaries, and the tests of one
+    // binary, may compile the same program at once (under the process id alone, two tests
+    // of one binary renamed each other's file away).
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = dir.join(format!("{name}.{}.{n}", std::process::id()));
     let o = Command::new("mpicc")
         .args(["-std=c99", "-Wall", "-Wextra", "-Werror"])
         .args(flags)

@@ -314,12 +314,27 @@ pub unsafe extern "C" fn openib_poll_completion(
 /// `t` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn openib_flush(t: *mut openib_t, timeout_ms: u32) -> c_int {
-    call("openib_flush", || {
+    // SAFETY: the caller's contract on `t`.
+    unsafe { wait_quiet(t, timeout_ms, "openib_flush", Transport::flush) }
+}
+
+/// The body of `openib_flush` and `openib_quiesce`: `wait` (the transport's flush or quiesce),
+/// its completions kept for `openib_poll_completion`.
+///
+/// # Safety
+/// `t` is NULL or a live handle.
+unsafe fn wait_quiet(
+    t: *mut openib_t,
+    timeout_ms: u32,
+    func: &str,
+    wait: fn(&mut Transport, Duration) -> Result<Vec<Completion>, TransportError>,
+) -> c_int {
+    call(func, || {
         // SAFETY: the caller's contract on `t`.
         let mut l = unsafe { handle(t) }?.lock()?;
         // Inside a callback the transport refuses (InCallback: OPENIB_ERR_REENTRANT).
-        let done = l.t().flush(Duration::from_millis(timeout_ms.into()))?;
-        l.inner("openib_flush")?.done.extend(done);
+        let done = wait(l.t(), Duration::from_millis(timeout_ms.into()))?;
+        l.inner(func)?.done.extend(done);
         l.gather();
         Ok(OPENIB_OK)
     })
@@ -332,14 +347,8 @@ pub unsafe extern "C" fn openib_flush(t: *mut openib_t, timeout_ms: u32) -> c_in
 /// `t` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn openib_quiesce(t: *mut openib_t, timeout_ms: u32) -> c_int {
-    call("openib_quiesce", || {
-        // SAFETY: the caller's contract on `t`.
-        let mut l = unsafe { handle(t) }?.lock()?;
-        let done = l.t().quiesce(Duration::from_millis(timeout_ms.into()))?;
-        l.inner("openib_quiesce")?.done.extend(done);
-        l.gather();
-        Ok(OPENIB_OK)
-    })
+    // SAFETY: the caller's contract on `t`.
+    unsafe { wait_quiet(t, timeout_ms, "openib_quiesce", Transport::quiesce) }
 }
 
 /// Connects to every reachable peer now instead of on first use.

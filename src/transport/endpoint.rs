@@ -383,12 +383,7 @@ impl Endpoint {
     }
 
     pub(super) fn busy(&self) -> bool {
-        !self.pending.is_empty()
-            || self.posted.awaited() > 0
-            || !self.outgoing.is_empty()
-            || !self.incoming.is_empty()
-            || !self.fins.is_empty()
-            || !self.written.is_empty()
+        self.posted.awaited() > 0 || self.busy_but_tail()
     }
 
     /// [`Endpoint::busy`], except for unsignaled messages after the last request that reports

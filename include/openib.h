@@ -393,8 +393,9 @@ int openib_del_procs(openib_t *t, const uint32_t *peers, size_t n);
  * removed): each gets a fresh endpoint, connected on first use (on a handle of
  * openib_open_runtime its modex is read again through the host's get). Both processes must
  * have removed each other first (a peer still connected to the old endpoint drops the new
- * connection). Ranks not removed and this process's own rank are ignored; a rank outside the
- * job gives OPENIB_ERR_BAD_PEER and adds nothing. */
+ * connection). This process's own rank, removed, is reachable again (a fresh loopback queue
+ * pair on first use). Ranks not removed are ignored; a rank outside the job gives
+ * OPENIB_ERR_BAD_PEER and adds nothing. */
 int openib_add_procs(openib_t *t, const uint32_t *peers, size_t n);
 
 /* --- errors ------------------------------------------------------------------------------- */

@@ -389,9 +389,11 @@ fn btl_program(name: &str) -> Result<std::path::PathBuf, prereq::Unmet> {
 /// del_procs returns (rank 1 checks every byte, then removes rank 0); the removed endpoint
 /// refuses a put at once (OPAL_ERR_UNREACH, no callback, no
 /// error callback); after a fence add_procs of the same proc gives the same endpoint back and
-/// a put through it lands (every byte checked); ob1 then exchanges 1 MiB over it and
-/// MPI_Finalize removes every proc. Before, del_procs kept every endpoint (the put on the
-/// "removed" endpoint went through).
+/// a put through it lands (every byte checked); ob1 then exchanges 1 MiB over it; the own
+/// rank's loopback endpoint is removed with a put in flight and added again at once (a put
+/// through it lands); MPI_Finalize removes every proc. Before, del_procs kept every endpoint
+/// (the put on the "removed" endpoint went through), and the own rank could not come back
+/// (a send request of its old queue pair, flushed after add_procs, failed the new one).
 #[test]
 fn del_procs_removes_the_endpoint_and_add_procs_brings_it_back() {
     if harness::skip_guest("softroce_ompi_oib btl del") {
@@ -424,6 +426,7 @@ fn del_procs_removes_the_endpoint_and_add_procs_brings_it_back() {
             first,
             "the removed endpoint refuses a put",
             "add_procs gave the endpoint back",
+            "the own rank was removed and added again",
         ] {
             assert!(
                 text.contains(&format!("ompi_btl_del: rank {r}: {step}")),

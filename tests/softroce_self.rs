@@ -18,7 +18,8 @@
 //!   the sum and the old values seen by both ranks are each number below it exactly once
 //!   (the NIC's atomics on the own memory are atomic with the peer's);
 //! - every operation completes `Done` naming the own rank; `flush` empties it; after
-//!   `del_procs` of the own rank a send to it is `BadPeer`, while the peer's endpoint works.
+//!   `del_procs` of the own rank a send to it is `BadPeer`, while the peer's endpoint works;
+//!   `add_procs` of the own rank makes it reachable again, and a message to itself arrives.
 
 #[path = "softroce/harness.rs"]
 mod harness;
@@ -120,7 +121,12 @@ fn rank(mode: &str) -> Result<(), String> {
     .map_err(|e| e.to_string())?;
     let mut t = Transport::open(rt, cfg).map_err(e)?;
     let (me, size) = (t.rank(), t.size());
-    let timeout = Duration::from_secs(120);
+    let timeout = Duration::from_secs(
+        std::env::var("OPENIB_TEST_SELF_TIMEOUT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(120),
+    );
     let got: Got = Arc::default();
     let in_send = Arc::new(AtomicBool::new(false));
     let nested = Arc::new(AtomicUsize::new(0));
@@ -407,6 +413,20 @@ fn rank(mode: &str) -> Result<(), String> {
         || !matches!(t.reachable(me), Err(TransportError::BadPeer { .. }))
     {
         return Err("the own rank was still reachable after del_procs".into());
+    }
+    // Added again (an MPI layer's add_procs after its del_procs): a fresh loopback endpoint
+    // takes a message to itself, every byte checked.
+    t.add_procs(&[me]).map_err(e)?;
+    t.reachable(me).map_err(e)?;
+    t.send(me, DATA, b"back again").map_err(e)?;
+    let back = wait_for(&mut t, &got, me, DATA, timeout).map_err(|e| {
+        format!(
+            "after add_procs: {e}; own endpoint: {}",
+            t.debug_endpoint(me)
+        )
+    })?;
+    if back != b"back again" {
+        return Err(format!("after add_procs the own rank got {back:?}"));
     }
     if let Some(p) = peer {
         t.send(p, BYE, b"bye").map_err(e)?;

@@ -67,7 +67,9 @@ impl Transport {
         for &p in peers {
             self.fail(p, FailureCause::Removed);
             // fail() released the endpoint's transfers; dropping it releases the QP, then
-            // its buffers (field order).
+            // its buffers (field order). Its flushed requests still in the completion queues
+            // are discarded when polled, also once `add_procs` made the peer a new endpoint
+            // (progress checks each completion's QP against the endpoint's).
             self.eps.remove(&p);
             if p == self.rank() {
                 self.own_removed = true;
@@ -81,8 +83,9 @@ impl Transport {
     /// process it removed): each gets a fresh endpoint, connected on first use; on a host's
     /// runtime its modex is read again (a rank that published none stays unreachable, as in
     /// [`Transport::reachable`]). Both sides must have removed each other (a peer still
-    /// connected to the old endpoint keeps that connection and drops the new one). Ranks not
-    /// removed and this process's own rank are ignored; a rank outside the job is
+    /// connected to the old endpoint keeps that connection and drops the new one). This
+    /// process's own rank, removed, is reachable again (a fresh loopback queue pair, made on
+    /// first use). Ranks not removed are ignored; a rank outside the job is
     /// [`TransportError::BadPeer`] and adds nothing.
     pub fn add_procs(&mut self, peers: &[u32]) -> Result<(), TransportError> {
         let size = self.size();
@@ -90,7 +93,13 @@ impl Transport {
             return Err(TransportError::BadPeer { peer, size });
         }
         for &p in peers {
-            if p == self.rank() || self.eps.get(&p).is_some() {
+            if p == self.rank() {
+                if std::mem::take(&mut self.own_removed) {
+                    tracing::debug!(peer = p, "own rank added again");
+                }
+                continue;
+            }
+            if self.eps.get(&p).is_some() {
                 continue;
             }
             if self.w.on_demand() {
@@ -187,7 +196,7 @@ impl Transport {
     /// the remote, so no CPC or modex takes part. Everything else is a peer's path: sequence
     /// numbers, credits, bounce slots, rendezvous, completions, and the NIC for RDMA and
     /// atomics (so they are atomic with a peer's atomics on the same word). After `del_procs`
-    /// of the own rank: [`TransportError::BadPeer`].
+    /// of the own rank, until `add_procs` names it again: [`TransportError::BadPeer`].
     pub(super) fn own_endpoint(&mut self) -> Result<(), TransportError> {
         let me = self.rank();
         if self.own_removed {

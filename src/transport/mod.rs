@@ -215,7 +215,7 @@ pub struct Transport {
     dropped_qps: DroppedQps,
     /// Sleeps on the completion channel handed out by [`Transport::arm_sleep`].
     sleeps: u64,
-    /// `del_procs` removed the endpoint to the own rank (it is not made again).
+    /// `del_procs` removed the endpoint to the own rank (not made again until `add_procs`).
     own_removed: bool,
 }
 

@@ -326,6 +326,18 @@ impl Transport {
                     }
                 }
             }
+            // Only the endpoint's own QP: a removed endpoint's requests (flushed when it was
+            // removed, polled after `add_procs` made the peer a new endpoint, or one to the own
+            // rank at once) are not the new endpoint's, and nobody's without one.
+            if self
+                .eps
+                .get(&peer)
+                .and_then(|e| e.conn.as_ref())
+                .is_none_or(|c| c.qp.qp_num() != wc.qp_num)
+            {
+                self.discard_dropped(std::slice::from_ref(wc));
+                continue;
+            }
             if touched.last() != Some(&peer) {
                 touched.push(peer);
             }

@@ -14,7 +14,12 @@
  *     the same proc gives the same endpoint back, reachable; a put of 64 KiB with a new
  *     pattern through it completes (flush) and the peer checks every byte after a fence;
  *   - ob1 itself goes over the revived endpoint: MPI_Sendrecv of 1 MiB (rendezvous, RDMA),
- *     every byte checked, then MPI_Finalize (which removes every proc for real).
+ *     every byte checked;
+ *   - the own rank (oib's loopback endpoint, btl_oib_own_rank's default): a put to its own
+ *     buffer in flight when del_procs removes the own proc completes before del_procs
+ *     returns, a put then is refused (OPAL_ERR_UNREACH), add_procs gives the same endpoint
+ *     back at once (no peer to wait for) and a put through it lands, every byte checked;
+ *     then MPI_Finalize (which removes every proc for real).
  * Prints "ompi_btl_del: rank R ok" and exits 0, or names what failed and calls MPI_Abort.
  */
 #include "ompi_config.h"
@@ -101,6 +106,66 @@ static void check_area(const unsigned char *land, int round)
             die("the peer's put", round);
         }
     }
+}
+
+/* The own rank's endpoint removed with a put in flight, then added again (the last round:
+ * ob1 keeps its own traffic on the self BTL, the own endpoint is oib's RDMA one). */
+static void own_rank_removed_and_added_again(mca_btl_base_module_t *btl, unsigned char *buf,
+                                             struct mca_btl_base_registration_handle_t *mine)
+{
+    mca_bml_base_btl_t *sb = oib_bml_rdma(oib_bml_endpoint(rank));
+    if (NULL == sb || sb->btl != btl) {
+        die("oib is not an RDMA BTL of the own rank's endpoint", 0);
+    }
+    struct mca_btl_base_endpoint_t *sep = sb->btl_endpoint;
+    struct mca_btl_base_endpoint_t *seps[1] = {sep};
+    opal_proc_t *sproc = &ompi_comm_peer_lookup(&ompi_mpi_comm_world.comm, rank)->super;
+    uint64_t base = (uint64_t) (uintptr_t) buf;
+    int before = calls;
+    memset(buf + 2 * AREA, 0, 2 * AREA);
+    int own1 = 0;
+    int rc = btl->btl_put(btl, sep, buf, base + 2 * AREA, mine, mine, AREA, 0, MCA_BTL_NO_ORDER,
+                          done_cb, NULL, &own1);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_put to the own rank", rc);
+    }
+    rc = btl->btl_del_procs(btl, 1, &sproc, seps);
+    if (OPAL_SUCCESS != rc || 1 != own1 || 0 != failed) {
+        die("the put to the own rank in flight at del_procs did not complete before it returned",
+            rc);
+    }
+    int gone = 0;
+    rc = btl->btl_put(btl, sep, buf, base + 2 * AREA, mine, mine, AREA, 0, MCA_BTL_NO_ORDER,
+                      done_cb, NULL, &gone);
+    if (OPAL_ERR_UNREACH != rc) {
+        die("a put to the removed own rank was not refused with OPAL_ERR_UNREACH", rc);
+    }
+    struct mca_btl_base_endpoint_t *again[1] = {NULL};
+    opal_bitmap_t reach;
+    OBJ_CONSTRUCT(&reach, opal_bitmap_t);
+    opal_bitmap_init(&reach, 8);
+    rc = btl->btl_add_procs(btl, 1, &sproc, again, &reach);
+    if (OPAL_SUCCESS != rc || sep != again[0] || !opal_bitmap_is_set_bit(&reach, 0)) {
+        die("btl_add_procs of the own rank after its del_procs", rc);
+    }
+    OBJ_DESTRUCT(&reach);
+    int own2 = 0;
+    rc = btl->btl_put(btl, sep, buf + AREA, base + 3 * AREA, mine, mine, AREA, 0,
+                      MCA_BTL_NO_ORDER, done_cb, NULL, &own2);
+    if (OPAL_SUCCESS != rc) {
+        die("btl_put to the own rank added again", rc);
+    }
+    btl->btl_flush(btl, sep);
+    wait_for(&own2, 1, "the put to the own rank added again");
+    for (size_t i = 0; i < AREA; i++) {
+        if (buf[2 * AREA + i] != pat(rank, 1, i) || buf[3 * AREA + i] != pat(rank, 2, i)) {
+            die("a byte of a put to the own rank", (int) i);
+        }
+    }
+    if (0 != gone || 0 != failed || 0 != errors || before + 2 != calls) {
+        die("callbacks of the own rank's puts", calls - before + 100 * errors);
+    }
+    printf("ompi_btl_del: rank %d: the own rank was removed and added again\n", rank);
 }
 
 int main(int argc, char **argv)
@@ -241,6 +306,7 @@ int main(int argc, char **argv)
     if (0 != errors || 0 != failed || (0 == rank ? 2 : 1) != calls) {
         die("callbacks after the ob1 exchange", calls + 100 * errors);
     }
+    own_rank_removed_and_added_again(btl, buf, mine);
     if (OPAL_SUCCESS != btl->btl_deregister_mem(btl, mine)) {
         die("btl_deregister_mem", 0);
     }

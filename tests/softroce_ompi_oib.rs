@@ -650,6 +650,70 @@ fn mixed_job_a_rank_without_a_port_steps_aside_and_nobody_waits() {
     );
 }
 
+/// A module that cannot be made after its transport published its modex (rank 1's descriptor
+/// free list of 16 x 1 TiB, `btl_oib_max_send_size` for that rank only) closes its transport
+/// and withdraws the modex: with `self,tcp,oib` the job succeeds, rank 0 finds rank 1
+/// unreachable over oib at once (so ob1 takes tcp to it), and rank 1's one line at the default
+/// verbosity names the free list. Before, rank 1's modex stayed published: rank 0 took it for
+/// a module and ob1's first message went to a transport nobody served.
+#[test]
+fn a_module_that_cannot_be_made_withdraws_its_modex() {
+    if harness::skip_guest("softroce_ompi_oib") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    let Some(exe) = prereq::require(ompi::hello()) else {
+        return;
+    };
+    let dir = so.parent().expect("dir").display().to_string();
+    let wrap = exe.with_file_name("ompi_hello_rank1_nomodule.sh");
+    std::fs::write(
+        &wrap,
+        format!(
+            "#!/bin/sh\nif [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then\n    \
+             export OMPI_MCA_btl_oib_max_send_size=1099511627776\nfi\nexec {} \"$@\"\n",
+            exe.display()
+        ),
+    )
+    .expect("write the wrapper");
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&wrap, std::fs::Permissions::from_mode(0o755))
+            .expect("chmod the wrapper");
+    }
+    let script = format!(
+        "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT\n\
+         echo '=== withdrawn'; timeout 200 mpirun --oversubscribe -np 2 --mca pml ob1 \
+         --mca btl self,tcp,oib --mca btl_tcp_if_include lo --mca btl_base_verbose 10 {wrap} \
+         2>&1; echo \"exit $?\"\necho '=== end'\n",
+        wrap = wrap.display()
+    );
+    let out = harness::guest_run_ok(&["--timeout", "500"], &["sh", "-c", &script]);
+    let text = harness::section(&out, "withdrawn").unwrap_or_else(|| panic!("no section: {out}"));
+    assert!(text.contains("exit 0"), "mpirun failed:\n{text}");
+    for r in 0..2 {
+        assert!(
+            text.contains(&format!("ompi_hello: rank {r} of 2 ok")),
+            "rank {r} did not finish its checked exchanges:\n{text}"
+        );
+    }
+    let no_module: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("btl: oib: no module (") && l.contains("descriptor free list"))
+        .collect();
+    assert_eq!(
+        no_module.len(),
+        1,
+        "rank 1's one line naming the free list:\n{text}"
+    );
+    assert!(
+        text.contains("btl: oib: rank 1 unreachable"),
+        "rank 0 did not find rank 1 unreachable over oib:\n{text}"
+    );
+}
+
 // The test matrix: tests/c/ompi_matrix.c (subtests by argv, every byte checked by the
 // receiver; tests/c/mpi_check.h) with `--mca pml ob1 --mca btl self,oib`, so that ob1 has no
 // other way between ranks. Each job also runs at `btl_base_verbose 10`, and its output must

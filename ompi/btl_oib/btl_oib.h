@@ -187,8 +187,8 @@ typedef struct mca_btl_oib_module_t {
 void mca_btl_oib_component_forget(mca_btl_oib_module_t *m);
 
 /* Makes the module on an open transport (taken over: the module's finalize closes it), or
- * NULL after a verbose line saying why. */
-mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t);
+ * NULL with the transport closed, after a verbose line, and the reason in `why`. */
+mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t, char *why, size_t why_len);
 
 /* btl_oib_connect_at_init: connects to every reachable peer, once (from the first add_procs,
  * after Open MPI's fence). */

@@ -383,8 +383,9 @@ static int modex_get(void *ctx, uint32_t rank, const char *key, void **value_out
         slot_key(k, sizeof k, key);
         rc = modex_recv_optional(k, &peer, &data, &size);
     }
-    if (OPAL_SUCCESS != rc || NULL == data) {
-        /* OPAL_MODEX_RECV reports every failed lookup as "not found". */
+    if (OPAL_SUCCESS != rc || NULL == data || 0 == size) {
+        /* OPAL_MODEX_RECV reports every failed lookup as "not found"; empty: withdrawn
+         * (withdraw_slot). */
         free(data);
         return OPENIB_RUNTIME_NOT_FOUND;
     }
@@ -410,10 +411,29 @@ static uint32_t job_size(void)
     return OPAL_SUCCESS == rc ? size : 0;
 }
 
+/* Takes back what the transport of modex slot `slot` published: an empty value, which
+ * modex_get reports as none. A peer then finds no module there (unreachable, or the slots
+ * end), rather than one nobody serves. */
+static void withdraw_slot(int slot)
+{
+    char key[32];
+    if (0 == slot) {
+        snprintf(key, sizeof key, "%s", OIB_FIRST_KEY);
+    } else {
+        snprintf(key, sizeof key, "%s%d", OIB_FIRST_KEY, slot);
+    }
+    static const char none = 0;
+    if (0 != modex_put(NULL, key, &none, 0)) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: the modex of slot %d not withdrawn", slot);
+    }
+}
+
 /* Opens the transport on the usable port `port` (OPENIB_PORT_INDEX) under modex slot `slot`
- * (OPENIB_HOST_SLOT) and makes its module; NULL with *rc and the reason in `why` when not. */
+ * (OPENIB_HOST_SLOT) and makes its module; NULL with *rc when not, the reason in `why`
+ * (empty: openib_last_error's). A module that cannot be made after its transport published
+ * its modex closes the transport and withdraws the modex. */
 static mca_btl_oib_module_t *open_port(const openib_runtime_ops_t *ops, uint32_t port,
-                                       int slot, int *rc)
+                                       int slot, int *rc, char *why, size_t why_len)
 {
     char num[16];
     openib_t *t = NULL;
@@ -432,8 +452,9 @@ static mca_btl_oib_module_t *open_port(const openib_runtime_ops_t *ops, uint32_t
     if (OPENIB_OK != *rc) {
         return NULL;
     }
-    mca_btl_oib_module_t *m = mca_btl_oib_module_create(t);
+    mca_btl_oib_module_t *m = mca_btl_oib_module_create(t, why, why_len);
     if (NULL == m) {
+        withdraw_slot(slot);
         *rc = OPENIB_ERR_OTHER;
         return NULL;
     }
@@ -491,13 +512,15 @@ static mca_btl_base_module_t **oib_init(int *num_btls, bool enable_progress_thre
     size_t used = 0;
     for (uint32_t i = 0; i < ports; i++) {
         int prc = OPENIB_OK;
-        mca_btl_oib_module_t *m = open_port(&ops, i, c->num_modules, &prc);
+        char port_why[512] = "";
+        mca_btl_oib_module_t *m = open_port(&ops, i, c->num_modules, &prc, port_why,
+                                            sizeof port_why);
         if (NULL != m) {
             c->modules[c->num_modules++] = m;
             continue;
         }
         rc = prc;
-        const char *e = openib_last_error();
+        const char *e = '\0' != port_why[0] ? port_why : openib_last_error();
         if (ports > 1) {
             opal_output_verbose(1, OIB_OUT, "btl: oib: no module on usable port %u: %s", i, e);
             int n = snprintf(why + used, sizeof why - used, "%susable port %u: %s",

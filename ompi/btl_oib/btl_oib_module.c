@@ -605,14 +605,15 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
     return count;
 }
 
-mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
+mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t, char *why, size_t why_len)
 {
     int rank = openib_rank(t), size = openib_size(t), eager = openib_eager_limit(t);
     opal_process_name_t me = OPAL_PROC_MY_NAME;
 
     if (rank < 0 || size <= 0 || eager <= 0 || (uint32_t) rank != me.vpid) {
-        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: the transport's rank %d of %d "
-                            "is not this process's rank %u in the job", rank, size, me.vpid);
+        snprintf(why, why_len, "the transport's rank %d of %d is not this process's rank %u "
+                 "in the job", rank, size, me.vpid);
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", why);
         (void) openib_close(t);
         return NULL;
     }
@@ -621,7 +622,8 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
     if (NULL == m || NULL == eps) {
         free(m);
         free(eps);
-        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: out of memory");
+        snprintf(why, why_len, "out of memory for the module");
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", why);
         (void) openib_close(t);
         return NULL;
     }
@@ -662,19 +664,23 @@ mca_btl_oib_module_t *mca_btl_oib_module_create(openib_t *t)
                                  OBJ_CLASS(mca_btl_oib_frag_t), m->super.btl_max_send_size,
                                  opal_cache_line_size, 16, -1, 32, NULL, 0, NULL, NULL, NULL);
     if (OPAL_SUCCESS != rc) {
-        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: no descriptor free list (%d)", rc);
+        snprintf(why, why_len, "no descriptor free list (%d: %zu-byte descriptors, "
+                 "btl_oib_max_send_size)", rc, m->super.btl_max_send_size);
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", why);
         (void) oib_finalize(&m->super);
         return NULL;
     }
     rc = mca_btl_oib_rdma_init(m);
     if (OPAL_SUCCESS != rc) {
+        snprintf(why, why_len, "RDMA setup: %s", openib_last_error());
         (void) oib_finalize(&m->super);
         return NULL;
     }
     for (int tag = 1; tag <= 255; tag++) {
         rc = openib_set_handler(t, (uint8_t) tag, on_message, m);
         if (OPENIB_OK != rc) {
-            opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", openib_last_error());
+            snprintf(why, why_len, "%s", openib_last_error());
+            opal_output_verbose(1, OIB_OUT, "btl: oib: no module: %s", why);
             (void) oib_finalize(&m->super);
             return NULL;
         }

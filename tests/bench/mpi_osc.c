@@ -27,9 +27,12 @@
  *
  * Which path the operations took: with --hw-counters DIR (an RDMA port's hw_counters
  * directory, e.g. /sys/class/infiniband/rxe0/ports/1/hw_counters; both ranks on that node),
- * rank 0 reads DIR/sent_pkts and DIR/rcvd_pkts before and after each operation's timed loop
- * and reports the deltas and the packets per operation ("rxe_sent_pkts", "pkts_per_op"): 0
- * means the operation did not travel over that port.
+ * rank 0 reads DIR/sent_pkts and DIR/rcvd_pkts before and after each operation's loops
+ * (warm-up and timed, or every batch of put_bw; each read waits out the counters' cache,
+ * DIR/lifespan, before) and reports the deltas and the packets per operation
+ * ("rxe_sent_pkts", "rxe_rcvd_pkts", "pkts_per_op" = sent / operations): 0 means the
+ * operation did not travel over that port (an RDMA write or read and its answer: 2 packets
+ * on a loopback port, which counts both ends).
  *
  * Failures are reported, not hidden: every MPI call returns its error (MPI_ERRORS_RETURN on
  * the communicator and the window), a wrong value is an error too, and SIGSEGV, SIGBUS, SIGILL,
@@ -221,8 +224,16 @@ struct counters {
     long long sent, rcvd;
 };
 
+/* The kernel caches an RDMA port's hw_counters for DIR/lifespan milliseconds (rxe: 10 or so)
+ * and reads within that time return the old values: wait it out first (outside the timed
+ * loops). */
 static struct counters read_counters(const char *dir)
 {
+    long long lifespan_ms = read_counter(dir, "lifespan");
+    if (dir && lifespan_ms >= 0) {
+        struct timespec d = {(time_t) ((lifespan_ms + 2) / 1000), (long) ((lifespan_ms + 2) % 1000) * 1000000L};
+        nanosleep(&d, NULL);
+    }
     struct counters c = {read_counter(dir, "sent_pkts"), read_counter(dir, "rcvd_pkts")};
     return c;
 }
@@ -393,11 +404,10 @@ int main(int argc, char **argv)
         char counters[200];
         if (op == OP_PUT_BW) {
             /* one untimed batch, then the timed ones */
-            struct counters c0 = {0, 0}, c1;
+            struct counters c0 = read_counters(hw_dir), c1;
             double start = 0;
             for (long b = 0; b <= bw_iters; b++) {
                 if (b == 1) {
-                    c0 = read_counters(hw_dir);
                     start = MPI_Wtime();
                 }
                 for (long w = 0; w < window; w++) {
@@ -408,7 +418,7 @@ int main(int argc, char **argv)
             }
             double secs = MPI_Wtime() - start;
             c1 = read_counters(hw_dir);
-            counters_json(counters, sizeof counters, c0, c1, bw_iters * window);
+            counters_json(counters, sizeof counters, c0, c1, (bw_iters + 1) * window);
             /* the data, read back */
             memset(back, 0, (size_t) bw_size);
             check_mpi(MPI_Get(back, (int) bw_size, MPI_BYTE, peer, OFF_DATA, (int) bw_size, MPI_BYTE, win), name,
@@ -426,12 +436,9 @@ int main(int argc, char **argv)
         } else {
             /* MPI_LONG: 8 bytes on the 64-bit hosts measured (osc rdma's atomics need 8 or 4) */
             long one = 1, old = 0, value = 0, cmp = 0;
-            struct counters c0 = {0, 0}, c1;
+            struct counters c0 = read_counters(hw_dir), c1;
             long total = warmup + iters;
             for (long i = 0; i < total; i++) {
-                if (i == warmup) {
-                    c0 = read_counters(hw_dir);
-                }
                 double ti = MPI_Wtime();
                 int rc = MPI_SUCCESS;
                 const char *call = "";
@@ -470,7 +477,7 @@ int main(int argc, char **argv)
                 }
             }
             c1 = read_counters(hw_dir);
-            counters_json(counters, sizeof counters, c0, c1, iters);
+            counters_json(counters, sizeof counters, c0, c1, total);
             if (op == OP_PUT) {
                 long last = 0;
                 check_mpi(MPI_Get(&last, 8, MPI_BYTE, peer, OFF_PUT, 8, MPI_BYTE, win), name, "MPI_Get (check)");

@@ -38,6 +38,7 @@
  * the communicator and the window), a wrong value is an error too, and SIGSEGV, SIGBUS, SIGILL,
  * SIGFPE and SIGABRT print the operation under way before the process dies the way it would
  * have. Rank 0 prints, on stdout, as it goes:
+ *   mpi_osc: window NAME                           (once the window is made)
  *   mpi_osc: begin OP
  *   mpi_osc: result {"op":"put","size":8,"latency_us":X,"latency_median_us":X,
  *                    "latency_trimmed_us":X,"iterations":N[,"rxe_sent_pkts":N,
@@ -368,6 +369,10 @@ int main(int argc, char **argv)
     char win_name[MPI_MAX_OBJECT_NAME + 1] = "";
     int name_len = 0;
     MPI_Win_get_name(win, win_name, &name_len);
+    if (my_rank == 0) {
+        printf("mpi_osc: window %s\n", win_name);
+        fflush(stdout);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
 
     unsigned char *src = malloc((size_t) bw_size);

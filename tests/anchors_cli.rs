@@ -344,6 +344,9 @@ fn one_sided_systems_record_where_an_anchor_fails_and_the_targets() {
         .unwrap()
         .contains("invalid window"));
     assert_eq!(j["rounds"][0]["osc-ompi-openib"]["window"], "rdma window 3");
+    // Where it crashed: the step's last lines are kept.
+    let tail = j["rounds"][0]["osc-ompi-openib"]["output_tail"].to_string();
+    assert!(tail.contains("Signal: Segmentation fault"), "{tail}");
     assert_eq!(osc["windows"]["ucx"], serde_json::json!(["ucx window 3"]));
     // Targets against the better working anchor: put 32.5 vs ompi-openib's 30 (1.08 holds),
     // get 60 vs 60, fop 45 vs 40 (1.125 does not), bandwidth 20 vs 20, fop below UCX's.

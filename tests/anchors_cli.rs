@@ -185,3 +185,254 @@ fn the_plot_names_the_ompi_oib_curve() {
     );
     assert!(text.contains("Open MPI 4.1 + UCX"), "no ucx legend");
 }
+
+/// One mpi_osc result line (tests/bench/mpi_osc.c) of an 8-byte operation.
+fn osc_lat(op: &str, us: f64, pkts: f64) -> String {
+    format!(
+        "{{\"op\":\"{op}\",\"size\":8,\"latency_us\":{us},\"latency_median_us\":{us},\
+         \"latency_trimmed_us\":{us},\"iterations\":20,\"rxe_sent_pkts\":40,\"rxe_rcvd_pkts\":40,\
+         \"pkts_per_op\":{pkts}}}"
+    )
+}
+
+/// One osc-<system> section: the window line, each operation begun and its result (the
+/// latencies `lat`: put, get, fop, cas; `bw`: put_bw), then the final JSON line, unless
+/// `crash` names the operation a rank died in (SIGSEGV, exit status 139).
+fn osc_section(
+    name: &str,
+    round: u32,
+    lat: [f64; 4],
+    bw: f64,
+    pkts: f64,
+    crash: Option<&str>,
+) -> String {
+    let window = if name == "osc-ucx" {
+        "ucx window 3"
+    } else {
+        "rdma window 3"
+    };
+    let mut s = format!("=== BEGIN {name} {round}\nmpi_osc: window {window}\n");
+    let mut results = Vec::new();
+    for op in ["put", "get", "fop", "put_bw", "cas"] {
+        s.push_str(&format!("mpi_osc: begin {op}\n"));
+        if crash == Some(op) {
+            s.push_str(&format!(
+                "mpi_osc: rank 0: signal 11 (SIGSEGV) during {op}\n--- stderr (tail)\n\
+                 [guest:00123] Signal: Segmentation fault (11)\n=== END {name} {round} 139\n"
+            ));
+            return s;
+        }
+        let r = match op {
+            "put_bw" => format!(
+                "{{\"op\":\"put_bw\",\"size\":1048576,\"bandwidth_mb_s\":{bw},\"window\":8,\
+                 \"iterations\":10,\"pkts_per_op\":{}}}",
+                pkts * 500.0
+            ),
+            "put" => osc_lat(op, lat[0], pkts),
+            "get" => osc_lat(op, lat[1], pkts),
+            "fop" => osc_lat(op, lat[2], pkts),
+            _ => osc_lat(op, lat[3], pkts),
+        };
+        s.push_str(&format!("mpi_osc: result {r}\n"));
+        results.push(r);
+    }
+    s.push_str(&format!(
+        "{{\"window\":\"{window}\",\"flavor\":\"create\",\"results\":[{}],\"init_us\":1.0}}\n\
+         === END {name} {round} 0\n",
+        results.join(",")
+    ));
+    s
+}
+
+fn anchors_osc(file: &Path, json: bool) -> std::process::Output {
+    let mut c = Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/anchors"));
+    c.arg("--parse").arg(file).args([
+        "--only",
+        "osc-ompi-openib,osc-ucx,osc-ompi-oib",
+        "--rounds",
+        "2",
+    ]);
+    if json {
+        c.arg("--json");
+    }
+    c.output().expect("scripts/anchors runs")
+}
+
+/// `--osc`: the one-sided systems' medians over the rounds an operation ran in, the path it
+/// took (rxe0 packets per operation), an anchor's crash or refused window recorded per round
+/// with the operation and the reason (the run goes on, exit status 0), the issue's targets
+/// against the better WORKING anchor; and ompi-oib failing is a failure of the run (exit 1).
+#[test]
+fn one_sided_systems_record_where_an_anchor_fails_and_the_targets() {
+    if !prereq::have(
+        Command::new("python3").arg("--version").output().is_ok(),
+        "python3 is not installed (scripts/anchors' table)",
+    ) {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("anchors_cli_osc");
+    std::fs::create_dir_all(&dir).unwrap();
+    let raw = dir.join("raw.txt");
+    let openib_round2 = "=== BEGIN osc-ompi-openib 2\nmpi_osc: failed {\"op\":\"win_create\",\
+         \"error\":\"MPI_Win_create returned 45: MPI_ERR_WIN: invalid window\"}\n\
+         === END osc-ompi-openib 2 3\n";
+    let text = [
+        "=== INFO host guest, rxe0 port 1 4: ACTIVE\n".to_string(),
+        osc_section(
+            "osc-ompi-openib",
+            1,
+            [30.0, 60.0, 40.0, 0.0],
+            20.0,
+            2.0,
+            Some("cas"),
+        ),
+        osc_section("osc-ucx", 1, [40.0, 70.0, 9000.0, 9500.0], 18.0, 2.0, None),
+        osc_section("osc-ompi-oib", 1, [31.0, 50.0, 50.0, 45.0], 19.0, 2.0, None),
+        openib_round2.to_string(),
+        osc_section("osc-ucx", 2, [44.0, 90.0, 11000.0, 9700.0], 22.0, 2.0, None),
+        osc_section("osc-ompi-oib", 2, [34.0, 70.0, 40.0, 47.0], 21.0, 0.0, None),
+    ]
+    .concat();
+    std::fs::write(&raw, &text).unwrap();
+
+    let o = anchors_osc(&raw, true);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(j["errors"], Value::Array(vec![]), "{j}");
+    assert_eq!(j["config"]["systems"], serde_json::json!([]));
+    let osc = &j["osc"];
+    assert_eq!(
+        osc["systems"],
+        serde_json::json!(["ompi-openib", "ucx", "ompi-oib"])
+    );
+    let row = |op: &str| {
+        osc["summary"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["op"] == op)
+            .unwrap_or_else(|| panic!("no row {op}: {osc}"))
+            .clone()
+    };
+    // Medians over the rounds where it ran: ompi-oib both, ompi-openib round 1 only.
+    assert_eq!(row("put")["ompi_oib_latency_us"], 32.5);
+    assert_eq!(row("put")["ompi_openib_latency_us"], 30.0);
+    assert_eq!(row("put")["ompi_openib_ok_rounds"], 1);
+    assert_eq!(row("put_bw")["ucx_bandwidth_mb_s"], 20.0);
+    assert_eq!(row("put_bw")["size"], 1048576);
+    // Paths: rxe in both rounds for ucx; ompi-oib's median of 2 and 0 packets is 1: rxe.
+    assert_eq!(row("get")["ucx_path"], "rxe");
+    assert_eq!(row("get")["ucx_pkts_per_op"], 2.0);
+    // Where ompi-openib failed, and why, per round.
+    let cas = row("cas");
+    assert_eq!(cas["ompi_openib_latency_us"], Value::Null);
+    let why = cas["ompi_openib_failed"].as_str().unwrap();
+    assert!(why.contains("signal 11 (SIGSEGV) during cas"), "{why}");
+    assert!(why.contains("not run (win_create failed)"), "{why}");
+    let failures = osc["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert_eq!(failures[0]["op"], "cas");
+    assert_eq!(failures[0]["round"], 1);
+    assert_eq!(failures[1]["op"], "win_create");
+    assert!(failures[1]["error"]
+        .as_str()
+        .unwrap()
+        .contains("invalid window"));
+    assert_eq!(j["rounds"][0]["osc-ompi-openib"]["window"], "rdma window 3");
+    // Where it crashed: the step's last lines are kept.
+    let tail = j["rounds"][0]["osc-ompi-openib"]["output_tail"].to_string();
+    assert!(tail.contains("Signal: Segmentation fault"), "{tail}");
+    assert_eq!(osc["windows"]["ucx"], serde_json::json!(["ucx window 3"]));
+    // Targets against the better working anchor: put 32.5 vs ompi-openib's 30 (1.08 holds),
+    // get 60 vs 60, fop 45 vs 40 (1.125 does not), bandwidth 20 vs 20, fop below UCX's.
+    let t = osc["targets"].as_array().unwrap();
+    let target = |prefix: &str| {
+        t.iter()
+            .find(|x| x["name"].as_str().unwrap().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no target {prefix}: {t:?}"))
+            .clone()
+    };
+    assert_eq!(target("put latency")["holds"], true);
+    assert_eq!(target("put latency")["anchor"], "ompi-openib");
+    assert_eq!(target("fop latency <= 1.1x")["holds"], false);
+    assert_eq!(target("put bandwidth")["holds"], true);
+    assert_eq!(target("fop latency below UCX")["holds"], true);
+
+    let o = anchors_osc(&raw, false);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{table}");
+    for want in [
+        "one-sided (tests/bench/mpi_osc.c, MPI_Win_create",
+        "failed: ompi-openib, round 1, in cas: rank 0: signal 11 (SIGSEGV) during cas",
+        "failed: ompi-openib, round 2, in win_create: MPI_Win_create returned 45",
+        "(not run: put, get, fop, put_bw, cas)",
+        "target: ompi-oib one-sided fop latency <= 1.1x the better working anchor (ompi-openib): does NOT hold (ratio 1.12; t_avg rule 1.12, median 1.12)",
+        "warning: osc-ompi-openib (round 1): cas failed",
+    ] {
+        assert!(table.contains(want), "no {want:?} in:\n{table}");
+    }
+    let cas_line = table
+        .lines()
+        .find(|l| l.trim_start().starts_with("cas |"))
+        .unwrap_or_else(|| panic!("no cas row:\n{table}"));
+    assert_eq!(cas_line.split_whitespace().nth(2), Some("X"), "{cas_line}");
+
+    // ompi-oib crashing is a failure of the run.
+    let bad = text.replace(
+        &osc_section("osc-ompi-oib", 2, [34.0, 70.0, 40.0, 47.0], 21.0, 0.0, None),
+        &osc_section(
+            "osc-ompi-oib",
+            2,
+            [34.0, 70.0, 40.0, 47.0],
+            21.0,
+            0.0,
+            Some("fop"),
+        ),
+    );
+    assert_ne!(bad, text);
+    std::fs::write(&raw, bad).unwrap();
+    let o = anchors_osc(&raw, false);
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(o.status.code(), Some(1), "{table}");
+    assert!(
+        table.contains(
+            "FAILED: osc-ompi-oib (round 2): fop failed: rank 0: signal 11 (SIGSEGV) during fop"
+        ),
+        "{table}"
+    );
+}
+
+/// `--osc` adds the one-sided step of each MPI system named; the osc systems are known names.
+#[test]
+fn osc_systems_are_known_and_osc_flags_are_checked() {
+    let run = |args: &[&str]| {
+        Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/anchors"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&[
+        "--only",
+        "osc-ucx,ompi-oib",
+        "--osc",
+        "--parse",
+        "/nonexistent",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("--parse /nonexistent is not a readable file"),
+        "{err}"
+    );
+    let o = run(&["--only", "osc-oib", "--parse", "/nonexistent"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("osc-ompi-oib"));
+    let o = run(&["--osc-flavor", "shared", "--parse", "/nonexistent"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--osc-flavor 'shared'"));
+}

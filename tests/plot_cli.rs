@@ -362,3 +362,112 @@ fn anchors_svg_fails_at_once_on_a_file_it_cannot_write() {
     assert_eq!(o.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--svg needs a value"));
 }
+
+/// `scripts/anchors --osc --save`: the one-sided figures (latency per operation, put
+/// bandwidth), drawn by themselves when no point-to-point system ran and with `--osc` from any
+/// anchors document; an operation that failed has no marker and the note names it.
+#[test]
+fn an_anchors_osc_document_plots_each_operation_per_system() {
+    let systems = ["ompi-openib", "ucx", "ompi-oib"];
+    let ops = ["put", "get", "fop", "put_bw", "cas"];
+    let summary: Vec<Value> = ops
+        .iter()
+        .map(|&op| {
+            let mut row = json!({"op": op, "size": if op == "put_bw" { 1048576 } else { 8 }});
+            for (k, sys) in systems.iter().enumerate() {
+                let key = sys.replace('-', "_");
+                let failed = *sys == "ompi-openib" && op == "cas";
+                let lat = if op == "put_bw" || failed {
+                    Value::Null
+                } else {
+                    json!(20.0 + 7.0 * k as f64)
+                };
+                row[format!("{key}_latency_trimmed_us")] = lat.clone();
+                row[format!("{key}_latency_us")] = lat;
+                row[format!("{key}_bandwidth_mb_s")] = if op == "put_bw" {
+                    json!(20.0 + k as f64)
+                } else {
+                    Value::Null
+                };
+            }
+            row
+        })
+        .collect();
+    let osc = json!({"systems": systems, "flavor": "create", "rounds": 3, "summary": summary,
+        "failures": [{"system": "ompi-openib", "round": 1, "op": "cas",
+                      "error": "rank 1: signal 11 (SIGSEGV) during cas"}], "targets": []});
+    let labels = [
+        "Put+flush",
+        "Get+flush",
+        "Fetch_and_op",
+        "Compare_and_swap",
+        "Latency of one 8-byte operation",
+        "Put bandwidth",
+        "1 MiB",
+        "failed (no marker): ompi-openib in cas",
+        "MPI_Win_create",
+    ];
+    let names = [
+        "Open MPI 4.1 openib BTL",
+        "Open MPI 4.1 + UCX (rc_verbs)",
+        "Open MPI 4.1 ob1 + oib (this transport)",
+    ];
+    // One-sided systems only: the one-sided figures by themselves.
+    let only = json!({"config": {"sizes": [8], "iters": 20, "rounds": 3, "systems": [],
+        "osc_systems": systems}, "rounds": [], "summary": [], "osc": osc});
+    let input = tmp("osc.json");
+    std::fs::write(&input, only.to_string()).unwrap();
+    let out = tmp("osc.svg");
+    let o = openib(&[
+        "plot",
+        "--svg",
+        out.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let text = std::fs::read_to_string(&out).unwrap();
+    let all = svg::check_markers(&text, &labels, &names);
+    assert!(all.contains("One-sided MPI"), "{all}");
+    // Markers: one per system and operation that ran (11 latencies: 3 x 4 less the failed
+    // cas; 3 bandwidths), told apart by the marker shapes of the first three styles.
+    let count = |pat: &str| text.matches(pat).count();
+    assert_eq!(
+        count("<circle"),
+        3 + 1 + 1,
+        "circles: ompi-openib's 3 latencies, 1 bandwidth, legend"
+    );
+    assert_eq!(
+        count("<polygon"),
+        4 + 1 + 1,
+        "triangles: ucx's 4 latencies, 1 bandwidth, legend"
+    );
+    // With --osc from a document that has point-to-point systems too.
+    let mut both = only.clone();
+    both["config"]["systems"] = json!(["ucx"]);
+    std::fs::write(&input, both.to_string()).unwrap();
+    let out2 = tmp("osc2.svg");
+    let o = openib(&[
+        "plot",
+        "--osc",
+        "--svg",
+        out2.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    svg::check_markers(&std::fs::read_to_string(&out2).unwrap(), &labels, &names);
+    // --osc on a document without one-sided figures: said so.
+    std::fs::write(&input, r#"{"config": {"systems": ["ucx"]}, "summary": []}"#).unwrap();
+    let o = openib(&[
+        "plot",
+        "--osc",
+        "--svg",
+        out2.to_str().unwrap(),
+        input.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("no \"osc\" object"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -4,8 +4,11 @@
 //! --svg`). Both axes of every panel are logarithmic; every series has its own colour and
 //! marker, named in one legend under the panels.
 //!
-//! `openib plot [--svg FILE] [--title T] [INPUT|-]` draws a saved JSON document: the kind is
-//! told by its shape (`"summary"` and `"config"`: anchors; `"results"`: bench).
+//! `openib plot [--svg FILE] [--title T] [--osc] [INPUT|-]` draws a saved JSON document: the
+//! kind is told by its shape (`"summary"` and `"config"`: anchors; `"results"`: bench); the
+//! one-sided figures of `scripts/anchors --osc` (its `"osc"` object: latency per operation
+//! and put bandwidth) with `--osc`, or by themselves when the document has no point-to-point
+//! system.
 
 use super::exit;
 use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
@@ -42,6 +45,9 @@ pub enum Axis {
     Count,
     /// A quantity: `0.5`, `1`, `20`, `1000` (ticks at 1, 2 and 5 times powers of ten).
     Value,
+    /// Categories: the i-th label at x = 2^i (evenly spaced on the log axis), e.g. one
+    /// operation per label; series on such an axis are drawn as markers, not lines.
+    Labels(&'static [&'static str]),
 }
 
 /// One curve: a name for the legend and its (x, y) points; points with a non-positive or
@@ -108,6 +114,16 @@ pub fn tick_label(a: Axis, v: f64) -> String {
     match a {
         Axis::Bytes => pow2(v, &["B", "KiB", "MiB", "GiB", "TiB"], 1024.0, " "),
         Axis::Count => pow2(v, &["", "K", "M", "G"], 1024.0, ""),
+        Axis::Labels(names) => {
+            let i = v.log2().round();
+            if i >= 0.0 && (v - 2f64.powf(i)).abs() < 1e-6 * v {
+                names
+                    .get(i as usize)
+                    .map_or(String::new(), |n| n.to_string())
+            } else {
+                String::new()
+            }
+        }
         Axis::Value => {
             if v >= 1.0 {
                 format!("{}", v.round())
@@ -128,6 +144,13 @@ fn log_axis(a: Axis, lo: f64, hi: f64) -> (f64, f64, Vec<f64>) {
         (lo, hi)
     };
     match a {
+        Axis::Labels(names) => {
+            let ticks = (0..names.len() as i32)
+                .map(|i| 2f64.powi(i))
+                .filter(|&t| t >= lo && t <= hi)
+                .collect();
+            (lo, hi, ticks)
+        }
         Axis::Bytes | Axis::Count => {
             let e_lo = lo.log2().floor() as i32;
             let e_hi = hi.log2().ceil() as i32;
@@ -317,9 +340,11 @@ fn draw_panel<DB: DrawingBackend>(
         if pts.is_empty() {
             continue;
         }
-        chart
-            .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
-            .map_err(draw_err)?;
+        if !matches!(panel.x_axis, Axis::Labels(_)) {
+            chart
+                .draw_series(LineSeries::new(pts.clone(), color.stroke_width(2)))
+                .map_err(draw_err)?;
+        }
         draw_markers(&mut chart, &pts, k, color)?;
     }
     Ok(())
@@ -566,6 +591,120 @@ pub fn anchors_figure(doc: &Value, title: Option<&str>) -> Result<Figure, PlotEr
     check_drawable(fig)
 }
 
+/// The one-sided operations of `scripts/anchors --osc` with a latency, in its order, and
+/// their axis labels.
+const OSC_LAT_OPS: [&str; 4] = ["put", "get", "fop", "cas"];
+const OSC_LAT_LABELS: [&str; 4] = ["Put+flush", "Get+flush", "Fetch_and_op", "Compare_and_swap"];
+
+/// The one-sided figures of a `scripts/anchors --osc --save` document (its `"osc"` object):
+/// the latency of each 8-byte operation (`<system>_latency_trimmed_us` of the `osc.summary`
+/// rows, medians over the rounds; one marker per system, side by side within an operation)
+/// and the put bandwidth (`<system>_bandwidth_mb_s` of the `put_bw` row). An operation that
+/// failed has no marker; the note names the failures (`osc.failures`).
+pub fn osc_figure(doc: &Value, title: Option<&str>) -> Result<Figure, PlotError> {
+    let osc = doc.get("osc").ok_or_else(|| {
+        PlotError::Input("no \"osc\" object (scripts/anchors --osc --save)".into())
+    })?;
+    let rows = osc
+        .get("summary")
+        .and_then(Value::as_array)
+        .ok_or_else(|| PlotError::Input("no \"osc\".\"summary\" array".into()))?;
+    let systems: Vec<&str> = osc
+        .get("systems")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .ok_or_else(|| PlotError::Input("no \"osc\".\"systems\" list".into()))?;
+    let row_of = |op: &str| {
+        rows.iter()
+            .find(|r| r.get("op").and_then(Value::as_str) == Some(op))
+    };
+    let n = systems.len() as f64;
+    let mut lat = Vec::new();
+    let mut bw = Vec::new();
+    for (k, sys) in systems.iter().enumerate() {
+        let key = sys.replace('-', "_");
+        // side by side within a category: a small shift on the log axis per system
+        let shift = 2f64.powf((k as f64 - (n - 1.0) / 2.0) * 0.12);
+        let points = OSC_LAT_OPS
+            .iter()
+            .enumerate()
+            .filter_map(|(i, op)| {
+                let y = num(row_of(op)?, &format!("{key}_latency_trimmed_us"))?;
+                Some((2f64.powi(i as i32) * shift, y))
+            })
+            .collect();
+        lat.push(Series {
+            name: anchor_name(sys),
+            points,
+        });
+        let points = row_of("put_bw")
+            .and_then(|r| Some((num(r, "size")?, num(r, &format!("{key}_bandwidth_mb_s"))?)))
+            .into_iter()
+            .collect();
+        bw.push(Series {
+            name: anchor_name(sys),
+            points,
+        });
+    }
+    let failed: Vec<String> = osc
+        .get("failures")
+        .and_then(Value::as_array)
+        .map(|a| {
+            let mut v: Vec<String> = a
+                .iter()
+                .filter_map(|f| {
+                    Some(format!(
+                        "{} in {}",
+                        f.get("system")?.as_str()?,
+                        f.get("op")?.as_str()?
+                    ))
+                })
+                .collect();
+            v.dedup();
+            v
+        })
+        .unwrap_or_default();
+    let rounds = osc.get("rounds").and_then(Value::as_u64).unwrap_or(1);
+    let flavor = osc
+        .get("flavor")
+        .and_then(Value::as_str)
+        .unwrap_or("create");
+    let fig = Figure {
+        title: title.map_or_else(
+            || "One-sided MPI: ob1 + oib and its anchors, one SoftRoCE guest run".to_string(),
+            str::to_string,
+        ),
+        note: Some(format!(
+            "MPI_Win_{flavor}, passive target; {rounds} round(s){}; latency: mean without the 2 slowest{}",
+            if rounds > 1 { ", medians" } else { "" },
+            if failed.is_empty() {
+                String::new()
+            } else {
+                format!("; failed (no marker): {}", failed.join(", "))
+            }
+        )),
+        panels: vec![
+            Panel {
+                title: "Latency of one 8-byte operation + MPI_Win_flush".into(),
+                x_desc: "operation".into(),
+                y_desc: "latency (µs)".into(),
+                x_axis: Axis::Labels(&OSC_LAT_LABELS),
+                y_axis: Axis::Value,
+                series: lat,
+            },
+            Panel {
+                title: "Put bandwidth (MPI_Put, flushed per 8)".into(),
+                x_desc: "message size".into(),
+                y_desc: "bandwidth (MB/s, 10⁶ B/s)".into(),
+                x_axis: Axis::Bytes,
+                y_axis: Axis::Value,
+                series: bw,
+            },
+        ],
+    };
+    check_drawable(fig)
+}
+
 fn check_drawable(fig: Figure) -> Result<Figure, PlotError> {
     if fig
         .panels
@@ -581,9 +720,16 @@ fn check_drawable(fig: Figure) -> Result<Figure, PlotError> {
     }
 }
 
-/// The figure a saved document makes, told by its shape.
+/// The figure a saved document makes, told by its shape (an anchors document whose systems
+/// were all one-sided: its one-sided figures).
 pub fn figure_of(doc: &Value, title: Option<&str>) -> Result<Figure, PlotError> {
-    if doc.get("summary").is_some() && doc.get("config").is_some() {
+    let no_p2p = doc
+        .pointer("/config/systems")
+        .and_then(Value::as_array)
+        .is_some_and(Vec::is_empty);
+    if doc.get("osc").is_some() && no_p2p {
+        osc_figure(doc, title)
+    } else if doc.get("summary").is_some() && doc.get("config").is_some() {
         anchors_figure(doc, title)
     } else if doc.get("results").is_some() {
         bench_figure(doc, title)
@@ -603,6 +749,9 @@ pub struct PlotArgs {
     /// The figure's title (default: one naming what was measured).
     #[arg(long)]
     pub title: Option<String>,
+    /// Draw the one-sided figures of a `scripts/anchors --osc --save` document.
+    #[arg(long)]
+    pub osc: bool,
     /// The JSON document: `openib bench --json` or `scripts/anchors --save FILE`; - for stdin.
     #[arg(value_name = "INPUT|-", default_value = "-")]
     pub input: String,
@@ -629,7 +778,12 @@ pub fn run(a: &PlotArgs) -> i32 {
         };
         let doc: Value = serde_json::from_str(&text)
             .map_err(|e| PlotError::Input(format!("{}: {e}", a.input)))?;
-        write_svg(&figure_of(&doc, a.title.as_deref())?, &a.svg)
+        let fig = if a.osc {
+            osc_figure(&doc, a.title.as_deref())?
+        } else {
+            figure_of(&doc, a.title.as_deref())?
+        };
+        write_svg(&fig, &a.svg)
     })();
     match r {
         Ok(()) => exit::OK,
@@ -666,6 +820,17 @@ mod tests {
         // One value: still a range.
         let (lo, hi, _) = log_axis(Axis::Value, 5.0, 5.0);
         assert!(lo < 5.0 && hi > 5.0);
+    }
+
+    #[test]
+    fn label_axes_name_their_categories_at_powers_of_two() {
+        const L: [&str; 3] = ["put", "get", "fop"];
+        assert_eq!(tick_label(Axis::Labels(&L), 1.0), "put");
+        assert_eq!(tick_label(Axis::Labels(&L), 4.0), "fop");
+        assert_eq!(tick_label(Axis::Labels(&L), 3.0), "");
+        assert_eq!(tick_label(Axis::Labels(&L), 8.0), "");
+        let (_, _, t) = log_axis(Axis::Labels(&L), 0.5, 5.0);
+        assert_eq!(t, vec![1.0, 2.0, 4.0]);
     }
 
     #[test]

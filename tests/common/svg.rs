@@ -45,3 +45,25 @@ pub fn check(svg: &str, labels: &[&str], series: &[&str]) -> String {
     assert!(colours.values().all(|&c| c >= 2), "{colours:?}");
     joined
 }
+
+#[allow(dead_code)] // (not every test binary that includes this file draws categories)
+/// Like `check`, for plots of markers without curves (categories): an SVG document with every
+/// one of `labels` in its text and every one of `series` in its legend. Returns its text.
+pub fn check_markers(svg: &str, labels: &[&str], series: &[&str]) -> String {
+    let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("not XML ({e}): {svg}"));
+    assert_eq!(doc.root_element().tag_name().name(), "svg", "root element");
+    let text: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    let joined = text.join("\n");
+    for l in labels.iter().chain(series) {
+        assert!(
+            text.iter().any(|t| t.contains(l)),
+            "no label {l:?} in {joined}"
+        );
+    }
+    joined
+}

@@ -1269,7 +1269,8 @@ fn osc_rdma_dynamic_windows_passive_target_and_accumulates_on_one_node() {
 /// and accumulates. The dynamic stage runs too where the installed Open MPI is not 4.1.0 to
 /// 4.1.4, whose osc rdma deadlocks on a dynamic window across nodes
 /// (`osc_rdma_dynamic_deadlocks_across_nodes`; seen here: both ranks stopped in their first
-/// `MPI_Put` to the other node's attached memory until the job's timeout); on one node the
+/// `MPI_Put` to the other node's attached memory until the job's timeout, gdb showing
+/// `ompi_osc_rdma_find_dynamic_region` retrying oib's fetch-and-add); on one node the
 /// dynamic window runs over oib (`osc_rdma_dynamic_windows_passive_target_and_accumulates_on_one_node`).
 #[test]
 fn osc_rdma_dynamic_windows_passive_target_and_accumulates_across_two_emulated_nodes() {

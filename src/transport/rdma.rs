@@ -132,15 +132,18 @@ impl Transport {
         check_range(&local, offset, len)?;
         check_remote(&remote, roffset, len as u64)?;
         let token = self.token();
-        self.enqueue(peer, |_| Op::Rdma {
-            write,
-            local,
-            offset,
-            remote_addr: remote.addr + roffset,
-            rkey: remote.rkey,
-            len,
-            token,
-        })?;
+        self.enqueue_one_sided(
+            peer,
+            Op::Rdma {
+                write,
+                local,
+                offset,
+                remote_addr: remote.addr + roffset,
+                rkey: remote.rkey,
+                len,
+                token,
+            },
+        )?;
         Ok(token)
     }
 
@@ -175,14 +178,17 @@ impl Transport {
             return Err(TransportError::Misaligned { addr });
         }
         let token = self.token();
-        self.enqueue(peer, |_| Op::Atomic {
-            op,
-            local,
-            offset,
-            remote_addr: addr,
-            rkey: remote.rkey,
-            token,
-        })?;
+        self.enqueue_one_sided(
+            peer,
+            Op::Atomic {
+                op,
+                local,
+                offset,
+                remote_addr: addr,
+                rkey: remote.rkey,
+                token,
+            },
+        )?;
         Ok(token)
     }
 

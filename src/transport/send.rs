@@ -26,6 +26,18 @@ impl Transport {
         self.drain(peer)
     }
 
+    /// Starts a put, get or atomic: posted at once when nothing waits before it on a connected
+    /// endpoint with room on its send queue (it takes no credit, and skips the queue and the
+    /// drain: one-sided latency is this path), else queued behind the others.
+    pub(super) fn enqueue_one_sided(&mut self, peer: u32, op: Op) -> Result<(), TransportError> {
+        let ep = self.endpoint(peer)?;
+        if ep.state == EndpointState::Connected && ep.pending.is_empty() && ep.sq_room() {
+            return ep.post_one_sided(peer, op);
+        }
+        ep.pending.push_back(op);
+        self.drain(peer)
+    }
+
     /// Queues the RTS of a rendezvous of `len` bytes from `src`.
     fn enqueue_rts(
         &mut self,
@@ -417,63 +429,7 @@ impl Transport {
                     );
                     ep.stats.rndv_sent += 1;
                 }
-                Op::Rdma {
-                    write,
-                    local,
-                    offset,
-                    remote_addr,
-                    rkey,
-                    len,
-                    token,
-                } => {
-                    let op = if write {
-                        SendOp::RdmaWrite { remote_addr, rkey }
-                    } else {
-                        SendOp::RdmaRead { remote_addr, rkey }
-                    };
-                    let sge = local.sge(offset, len)?;
-                    ep.post_rdma(
-                        peer,
-                        op,
-                        sge,
-                        Posted::Rdma {
-                            _local: local,
-                            token,
-                        },
-                    )?;
-                }
-                Op::Atomic {
-                    op,
-                    local,
-                    offset,
-                    remote_addr,
-                    rkey,
-                    token,
-                } => {
-                    let op = match op {
-                        AtomicOp::FetchAdd { add } => SendOp::FetchAdd {
-                            remote_addr,
-                            rkey,
-                            add,
-                        },
-                        AtomicOp::CompareSwap { compare, swap } => SendOp::CompareSwap {
-                            remote_addr,
-                            rkey,
-                            compare,
-                            swap,
-                        },
-                    };
-                    let sge = local.sge(offset, 8)?;
-                    ep.post_rdma(
-                        peer,
-                        op,
-                        sge,
-                        Posted::Atomic {
-                            _local: local,
-                            token,
-                        },
-                    )?;
-                }
+                op @ (Op::Rdma { .. } | Op::Atomic { .. }) => ep.post_one_sided(peer, op)?,
             }
         }
         // Return credits with a control message when they pile up and nothing else carries them.
@@ -487,6 +443,74 @@ impl Transport {
             && ep.posted.len() < MAX_QUEUE as usize
         {
             ep.post_msg(peer, slot_len, Kind::Credit, 0, 0, &[], 0)?;
+        }
+        Ok(())
+    }
+}
+
+impl Endpoint {
+    /// Posts a put, get or atomic ([`Op::Rdma`], [`Op::Atomic`]; no credit needed) on the send
+    /// queue now; the caller checked [`Endpoint::sq_room`]. Other operations: a bug.
+    pub(super) fn post_one_sided(&mut self, peer: u32, op: Op) -> Result<(), TransportError> {
+        match op {
+            Op::Rdma {
+                write,
+                local,
+                offset,
+                remote_addr,
+                rkey,
+                len,
+                token,
+            } => {
+                let op = if write {
+                    SendOp::RdmaWrite { remote_addr, rkey }
+                } else {
+                    SendOp::RdmaRead { remote_addr, rkey }
+                };
+                let sge = local.sge(offset, len)?;
+                self.post_rdma(
+                    peer,
+                    op,
+                    sge,
+                    Posted::Rdma {
+                        _local: local,
+                        token,
+                    },
+                )?;
+            }
+            Op::Atomic {
+                op,
+                local,
+                offset,
+                remote_addr,
+                rkey,
+                token,
+            } => {
+                let op = match op {
+                    AtomicOp::FetchAdd { add } => SendOp::FetchAdd {
+                        remote_addr,
+                        rkey,
+                        add,
+                    },
+                    AtomicOp::CompareSwap { compare, swap } => SendOp::CompareSwap {
+                        remote_addr,
+                        rkey,
+                        compare,
+                        swap,
+                    },
+                };
+                let sge = local.sge(offset, 8)?;
+                self.post_rdma(
+                    peer,
+                    op,
+                    sge,
+                    Posted::Atomic {
+                        _local: local,
+                        token,
+                    },
+                )?;
+            }
+            _ => unreachable!("post_one_sided of a message"),
         }
         Ok(())
     }

@@ -112,6 +112,15 @@ typedef struct mca_btl_oib_reg_t {
     mca_btl_base_registration_handle_t handle;
 } mca_btl_oib_reg_t;
 
+/* A transport token: of a posted piece (op set), or of a completion that came before its
+ * poster recorded the token (op NULL, status kept). */
+typedef struct mca_btl_oib_token_t {
+    struct mca_btl_oib_token_t *next;
+    uint64_t token;
+    struct mca_btl_oib_rdma_t *op;
+    int status;
+} mca_btl_oib_token_t;
+
 /* A put, get or atomic of the upper layer, posted as one or more transport operations
  * (pieces); its callback runs from progress once every piece completed. */
 typedef struct mca_btl_oib_rdma_t {
@@ -123,16 +132,12 @@ typedef struct mca_btl_oib_rdma_t {
     void *cbcontext, *cbdata;
     int pending; /* pieces not completed (+1 while still posting); under rdma_lock */
     int status;  /* the first failure of a piece (an openib error), or OPENIB_OK */
+    /* The record of the first piece, inside the operation (most have one piece: no
+     * allocation for it); `piece0_used` once it is taken. */
+    mca_btl_oib_token_t piece0;
+    int piece0_used;
 } mca_btl_oib_rdma_t;
 
-/* A transport token: of a posted piece (op set), or of a completion that came before its
- * poster recorded the token (op NULL, status kept). */
-typedef struct mca_btl_oib_token_t {
-    struct mca_btl_oib_token_t *next;
-    uint64_t token;
-    mca_btl_oib_rdma_t *op;
-    int status;
-} mca_btl_oib_token_t;
 
 /* The module: one per usable port of the process (its transport serves that port). */
 typedef struct mca_btl_oib_module_t {

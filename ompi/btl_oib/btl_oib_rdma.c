@@ -168,17 +168,34 @@ static void piece_done(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, int stat
  * at once and its completion is kept as an early one, never claimed). */
 static bool early_take_locked(mca_btl_oib_module_t *m, uint64_t token, int *status);
 
-static void piece_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, uint64_t token)
+/* The record of a piece: the operation's own for its first piece, else allocated. */
+static bool piece_embedded(const mca_btl_oib_token_t *p)
+{
+    return p == &p->op->piece0;
+}
+
+/* `last`: the poster posts no more pieces (its own count goes in the same critical section,
+ * as op_posted would take it: one lock round fewer for a single-piece operation). */
+static void piece_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, uint64_t token,
+                         bool last)
 {
     /* Allocated before the lock; the lookup and the insertion are one critical section, so
      * progress cannot keep the completion as early in between. */
-    mca_btl_oib_token_t *p = malloc(sizeof *p);
+    mca_btl_oib_token_t *p = NULL;
+    if (!op->piece0_used) {
+        op->piece0_used = 1;
+        p = &op->piece0;
+    } else {
+        p = malloc(sizeof *p);
+    }
     int status;
     pthread_mutex_lock(&m->rdma_lock);
     op->pending++;
     if (early_take_locked(m, token, &status)) {
         piece_done(m, op, status);
-        free(p);
+        if (NULL != p && &op->piece0 != p) {
+            free(p);
+        }
     } else if (NULL == p) {
         /* Its completion cannot be matched: count the piece failed now. */
         piece_done(m, op, OPENIB_ERR_OTHER);
@@ -188,6 +205,9 @@ static void piece_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, uint64
         p->status = OPENIB_OK;
         p->next = m->pieces;
         m->pieces = p;
+    }
+    if (last) {
+        piece_done(m, op, OPENIB_OK); /* the poster's count (op_posted's) */
     }
     pthread_mutex_unlock(&m->rdma_lock);
 }
@@ -210,9 +230,14 @@ int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion
             opal_output_verbose(1, OIB_OUT, "btl: oib: RDMA operation to rank %u failed: %s",
                                 c->peer, openib_strerror(c->status));
         }
+        /* Decided before piece_done: the operation (and a record inside it) may be delivered
+         * and freed by another thread once the lock is released. */
+        bool embedded = piece_embedded(p);
         piece_done(m, p->op, c->status);
         pthread_mutex_unlock(&m->rdma_lock);
-        free(p);
+        if (!embedded) {
+            free(p);
+        }
         return 1;
     }
     /* Not recorded yet (its poster is between the transport call and piece_posted). */
@@ -284,6 +309,10 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
          * mca_btl_oib_endpoint_failed). */
         free(op);
         count++;
+        /* An unlocked peek, as module progress's: one listed meanwhile waits for the next. */
+        if (NULL == __atomic_load_n(&m->done_head, __ATOMIC_ACQUIRE)) {
+            return count;
+        }
     }
 }
 
@@ -306,6 +335,7 @@ static mca_btl_oib_rdma_t *op_new(mca_btl_oib_module_t *m, struct mca_btl_base_e
     op->cbdata = cbdata;
     op->pending = 1; /* the poster's, until every piece is posted */
     op->status = OPENIB_OK;
+    op->piece0_used = 0;
     __atomic_add_fetch(&m->rdma_inflight, 1, __ATOMIC_RELAXED);
     return op;
 }
@@ -359,9 +389,13 @@ static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
             mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
             break;
         }
-        piece_posted(m, op, token);
+        bool last = done + n >= size;
+        piece_posted(m, op, token, last);
         pieces++;
         done += n;
+        if (last) {
+            break;
+        }
     } while (done < size);
     if (OPENIB_OK == rc) {
         if (write) {
@@ -372,7 +406,8 @@ static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
             __atomic_add_fetch(&m->get_bytes, size, __ATOMIC_RELAXED);
         }
     }
-    return op_posted(m, op, pieces, rc);
+    /* Posted to the last piece: piece_posted took the poster's count already. */
+    return OPENIB_OK == rc ? OPAL_SUCCESS : op_posted(m, op, pieces, rc);
 }
 
 int mca_btl_oib_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
@@ -436,9 +471,9 @@ static int atomic(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep, i
         mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
         return op_posted(m, op, 0, rc);
     }
-    piece_posted(m, op, token);
     __atomic_add_fetch(&m->n_atomic, 1, __ATOMIC_RELAXED);
-    return op_posted(m, op, 1, OPENIB_OK);
+    piece_posted(m, op, token, true); /* the poster's count too (op_posted's) */
+    return OPAL_SUCCESS;
 }
 
 static int oib_atomic_fop(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
@@ -620,7 +655,9 @@ void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m)
      * (shared by several pieces) are left, as the send path leaves its descriptors. */
     for (mca_btl_oib_token_t *p = m->pieces, *n; NULL != p; p = n) {
         n = p->next;
-        free(p);
+        if (!piece_embedded(p)) {
+            free(p);
+        }
     }
     for (mca_btl_oib_token_t *p = m->early, *n; NULL != p; p = n) {
         n = p->next;

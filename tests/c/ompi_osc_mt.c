@@ -29,12 +29,15 @@
  * window '<name>')" (osc rdma names its windows "rdma window N") and exits 0; any wrong value
  * prints "ompi_osc_mt: FAIL rank R ..." and ends the job with MPI_Abort(MPI_COMM_WORLD, 3).
  */
+#define _POSIX_C_SOURCE 200809L /* nanosleep under -std=c99 */
+
 #include <mpi.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define INC 3 /* the fetch-and-op's addend: old values are multiples of it */
 enum { W_SUM, W_LOCK, W_INSIDE, W_CS, W_COUNT };
@@ -111,6 +114,9 @@ static long work(int worker, int local)
             }
         }
         done++;
+        /* A taken lock: try again after 1 us, doubling up to 1 ms (spinning waiters would
+         * starve the holder of the guest's CPUs and of rank 0's NIC). */
+        long pause_ns = 1000;
         for (;;) {
             int64_t old = cas(worker, me, 0, "MPI_Compare_and_swap (take the lock)");
             if (0 == old) {
@@ -120,6 +126,9 @@ static long work(int worker, int local)
                 die(worker, "the lock word holds no other worker while we wait", (long) old);
             }
             busy++;
+            struct timespec ts = {0, pause_ns};
+            nanosleep(&ts, NULL);
+            pause_ns = pause_ns < 1000000 ? 2 * pause_ns : 1000000;
         }
         int64_t in = fop(worker, 1, W_INSIDE, "MPI_Fetch_and_op (enter)");
         if (0 != in) {

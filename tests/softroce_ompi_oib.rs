@@ -1402,3 +1402,119 @@ fn osc_rdma_dynamic_windows_passive_target_and_accumulates_across_two_emulated_n
         eprint!("{name}:\n{text}");
     }
 }
+
+/// tests/c/ompi_osc_mt.c, `ompi_osc_mt ARGS` with 4 ranks: the lines every rank and rank 0
+/// print when all its checks held (every old value of the shared counter fetched exactly
+/// once, its exact sum, the compare-and-swap lock never held twice, the critical section's
+/// counter without a lost update), the window osc rdma's, and no failure line.
+fn assert_osc_mt_passed(name: &str, text: &str, n: u32, threads: u32, fops: u64, locks: u64) {
+    assert_eq!(exit_status(name, text), 0, "{name} (124: a hang):\n{text}");
+    assert!(!text.contains("ompi_osc_mt: FAIL"), "{name}:\n{text}");
+    let workers = u64::from(n) * u64::from(threads.max(1));
+    let ok = format!(
+        "ompi_osc_mt: rank 0: contention ok ({n} ranks x {} workers: {} fetch-and-ops, {} \
+         critical sections)",
+        threads.max(1),
+        workers * fops,
+        workers * locks
+    );
+    assert!(text.contains(&ok), "{name}: no '{ok}':\n{text}");
+    for r in 0..n {
+        let want =
+            format!("ompi_osc_mt: rank {r} of {n} ok ({threads} threads, window 'rdma window");
+        assert!(
+            text.contains(&want),
+            "{name}: rank {r} did not finish: no '{want}':\n{text}"
+        );
+    }
+}
+
+/// One-sided MPI under contention, from ranks and from threads (tests/c/ompi_osc_mt.c, `--mca
+/// pml ob1 --mca btl self,oib`, no other flag), 4 ranks: each rank does `MPI_Fetch_and_op` SUM
+/// (+3) on one counter at rank 0, with a lock built on `MPI_Compare_and_swap` guarding a
+/// critical section spread among them (inside: a holder count by fetch-and-op 0 -> 1 -> 0 and
+/// a get-increment-put counter); then the same at `MPI_THREAD_MULTIPLE` (checked: `provided`)
+/// from 4 threads per rank, all in the main thread's one `MPI_Win_lock_all` epoch of one
+/// window. Rank 0 gathers every old value: exactly 0, 3, ..., 3 (N - 1), each once; the
+/// counter ends at 3N, the critical section's counter at the number of sections (no lost
+/// update, never two holders). On one node under mpirun at the issue's size, 25,000
+/// fetch-and-ops per rank (osc rdma through shared memory there); on two emulated nodes
+/// (scripts/slurm, `srun --mpi=pmix -N 2 -n 4`), where every fetch-and-op and
+/// compare-and-swap at rank 0 goes through oib's verbs atomics, 2,500 per rank (each took
+/// about 3 ms there under contention: docs/OMPI.md, "One-sided MPI"): each rank but 0 counts
+/// at least its fetch-and-ops among oib's atomics, rank 0 at least its lock's
+/// compare-and-swaps. The seconds each job took are printed.
+#[test]
+fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
+    if harness::skip_guest("softroce_ompi_oib osc contention") {
+        return;
+    }
+    let Some(so) = prereq::require(ompi::component()) else {
+        return;
+    };
+    if prereq::require(slurm::installed()).is_none() {
+        return;
+    }
+    let flags = ["-O1".to_string(), "-pthread".to_string()];
+    let Some(exe) = prereq::require(ompi::mpicc_linked("ompi_osc_mt", &flags, &[])) else {
+        return;
+    };
+    // (name, across two nodes, threads per rank, fetch-and-ops and sections per worker)
+    let jobs: [(&str, bool, u32, u64, u64); 4] = [
+        ("mt-n4", false, 0, 25_000, 100),
+        ("mt-n4-threads", false, 4, 6_250, 25),
+        ("mt-N2-n4", true, 0, 2_500, 25),
+        ("mt-N2-n4-threads", true, 4, 625, 6),
+    ];
+    let args = |t: u32, f: u64, l: u64| format!("threads={t} fops={f} locks={l}");
+    let s = format!("{}/scripts/slurm", env!("CARGO_MANIFEST_DIR"));
+    let dir = so.parent().expect("dir").display().to_string();
+    let mut script = format!(
+        "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
+         OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=5\n"
+    );
+    for (name, _, t, f, l) in jobs.iter().filter(|j| !j.1) {
+        script.push_str(&job(name, &mpirun(4, 900), &exe, &args(*t, *f, *l)));
+    }
+    script.push_str(&format!(
+        "echo '=== up'; {s} up --nodes 2 --dir /tmp/slurm --wait 300 >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
+         . /tmp/slurm.env\n"
+    ));
+    // Each emulated node its own osc rdma backing directory (one /tmp, one host name).
+    let srun = "timeout 900 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 \
+         --wait=120 --kill-on-bad-exit=1 sh -c 'd=/tmp/osc-$SLURMD_NODENAME; mkdir -p $d; \
+         OMPI_MCA_osc_rdma_backing_directory=$d exec \"$0\" \"$@\"'";
+    for (name, _, t, f, l) in jobs.iter().filter(|j| j.1) {
+        script.push_str(&job(name, srun, &exe, &args(*t, *f, *l)));
+    }
+    script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"));
+    let out = harness::guest_run_ok(&["--timeout", "3000"], &["sh", "-c", &script]);
+    for (name, _, t, f, l) in jobs.iter().filter(|j| !j.1) {
+        let text = job_text(&out, name);
+        assert_osc_mt_passed(name, &text, 4, *t, *f, *l);
+        eprint!("{name}:\n{text}");
+    }
+    let up = job_text(&out, "up");
+    assert!(
+        !up.contains("FAILED"),
+        "scripts/slurm up in the guest: {up}"
+    );
+    for (name, _, t, f, l) in jobs.iter().filter(|j| j.1) {
+        let text = job_text(&out, name);
+        assert_osc_mt_passed(name, &text, 4, *t, *f, *l);
+        // Through oib: every rank's fetch-and-ops on rank 0's counter (each at least one verbs
+        // atomic, besides osc rdma's accumulate lock), and rank 0's compare-and-swaps on its
+        // lock word (two per section at least).
+        let workers = u64::from((*t).max(1));
+        for r in 0..4 {
+            let atomics = rdma_atomics(&text, r)
+                .unwrap_or_else(|| panic!("{name}: no counters of rank {r}:\n{text}"));
+            let least = workers * if 0 == r { 2 * l } else { *f };
+            assert!(
+                atomics >= least,
+                "{name}: rank {r}: {atomics} oib atomics, expected {least} at least:\n{text}"
+            );
+        }
+        eprint!("{name}:\n{text}");
+    }
+}

@@ -153,8 +153,8 @@ pub static SETTINGS: &[Setting] = &[
         "OPENIB_ACK_TIMEOUT",
         C::Cpc,
         Kind::Int { min: 1, max: 31 },
-        Some("14"),
-        "local ACK timeout of every RC queue pair, whichever CPC connects it, as the verbs exponent: 4.096 us x 2^N (14: about 67 ms; 0, no timeout, is not offered); an unacknowledged request is retried OPENIB_RETRY_COUNT times (6), so one to a peer that vanished fails after about 7 timeouts (0.5 s at 14); raise it on large or congested fabrics (Open MPI's openib uses 20, about 4.3 s)",
+        Some("18"),
+        "local ACK timeout of every RC queue pair, whichever CPC connects it, as the verbs exponent: 4.096 us x 2^N (18: about 1.07 s, as UCX's 1 s; 0, no timeout, is not offered); an unacknowledged request is retried OPENIB_RETRY_COUNT times (6), so one to a peer that vanished fails after about 7 timeouts (7.5 s at 18, 0.5 s at 14); lower it to notice vanished peers sooner on a quiet fabric, raise it on large or congested ones (Open MPI's openib uses 20, about 4.3 s); at 14 two loaded SoftRoCE hosts lost connections to spurious timeouts",
     ),
     Setting::new(
         "OPENIB_RETRY_COUNT",

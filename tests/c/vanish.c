@@ -4,7 +4,7 @@
  * rank 1 a small message and progresses until that send completes. Nothing answers the
  * message's packets any more, so its queue pair must give up after its transport retries and
  * fail the send with OPENIB_ERR_ENDPOINT_FAILED: on an HCA after about 7 local ACK timeouts
- * (7.5 s at the default OPENIB_ACK_TIMEOUT 18), and on rxe only if the retry count is not 7 (rxe retries 7 forever). Rank 0 prints
+ * (7.6 s measured at the default OPENIB_ACK_TIMEOUT 18), and on rxe only if the retry count is not 7 (rxe retries 7 forever). Rank 0 prints
  * "vanish: rank 0 ok: the send failed after N ms" and exits 0 only if it failed within
  * LIMIT seconds (the argument, default 10; every CPC's queue pairs, rdmacm's too, take
  * OPENIB_ACK_TIMEOUT: with the CM's own, about 2.3 s on rxe, rdmacm's retries took 16 s);

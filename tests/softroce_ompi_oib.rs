@@ -127,16 +127,7 @@ fn finalize_leaves_no_request_for_a_departed_peer_to_acknowledge() {
 /// The numbers of one rank's finalize line (`btl_base_verbose` 5): "btl: oib: rank R: rdma:
 /// X registrations, P puts (PB bytes), G gets (GB bytes), A atomics", as (X, PB, GB).
 fn rdma_counters(text: &str, rank: u32) -> Option<(u64, u64, u64)> {
-    let head = format!("btl: oib: rank {rank}: rdma: ");
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
-    let nums: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().expect("digits"))
-        .collect();
-    (nums.len() == 6).then(|| (nums[0], nums[2], nums[4]))
+    ompi::rdma_counts(text, rank).map(|c| (c.registrations, c.put_bytes, c.get_bytes))
 }
 
 /// Large messages (1 MiB, 1 MiB + 5 at odd addresses, 16 MiB, 64 MiB in a ring; with 4 ranks
@@ -1059,14 +1050,7 @@ fn osc_rdma_takes_windows_over_oib_only_with_btl_oib_own_rank() {
 /// The atomics count of one rank's finalize line (`btl_base_verbose` 5): "btl: oib: rank R:
 /// rdma: X registrations, P puts (PB bytes), G gets (GB bytes), A atomics".
 fn rdma_atomics(text: &str, rank: u32) -> Option<u64> {
-    let head = format!("btl: oib: rank {rank}: rdma: ");
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
-    line.split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .nth(5)
-        .map(|s| s.parse().expect("digits"))
+    ompi::rdma_counts(text, rank).map(|c| c.atomics)
 }
 
 /// One-sided MPI over oib across two emulated nodes (scripts/slurm in one guest, `srun
@@ -1156,16 +1140,7 @@ fn osc_rdma_over_oib_across_two_emulated_nodes_under_contention() {
 /// One rank's oib RDMA counts from its finalize line (`btl_base_verbose` 5): "btl: oib: rank
 /// R: rdma: X registrations, P puts (PB bytes), G gets (GB bytes), A atomics", as (P, G, A).
 fn oib_rdma_ops(text: &str, rank: u32) -> Option<(u64, u64, u64)> {
-    let head = format!("btl: oib: rank {rank}: rdma: ");
-    let line = text
-        .lines()
-        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
-    let nums: Vec<u64> = line
-        .split(|c: char| !c.is_ascii_digit())
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().expect("digits"))
-        .collect();
-    (nums.len() == 6).then(|| (nums[1], nums[3], nums[5]))
+    ompi::rdma_counts(text, rank).map(|c| (c.puts, c.gets, c.atomics))
 }
 
 /// What rank `rank` of tests/c/ompi_osc_dyn.c says it did in `stage`: "ompi_osc_dyn: rank R:

@@ -357,16 +357,9 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
                     "rank {r}: {ctx}"
                 );
                 // Its atomics went through oib (rank 1's contended ones to rank 0 at least).
-                let atomics = all_text
-                    .lines()
-                    .find_map(|l| l.split_once(&format!("btl: oib: rank {r}: rdma: ")))
-                    .and_then(|(_, t)| {
-                        t.split(|c: char| !c.is_ascii_digit())
-                            .filter(|s| !s.is_empty())
-                            .nth(5)
-                            .and_then(|s| s.parse::<u64>().ok())
-                    })
-                    .unwrap_or_else(|| panic!("no counters of rank {r}: {ctx}"));
+                let atomics = ompi::rdma_counts(&all_text, r)
+                    .unwrap_or_else(|| panic!("no counters of rank {r}: {ctx}"))
+                    .atomics;
                 assert!(atomics >= if 0 == r { 24 } else { 100 }, "rank {r}: {ctx}");
             }
             eprintln!("ompi_osc across hosts over oib: ok");
@@ -388,16 +381,9 @@ fn ping_bench_stress_and_the_c_abi_across_two_hosts_under_srun() {
                 let done =
                     format!("ompi_osc_mt: rank {r} of 4 ok ({t} threads, window 'rdma window");
                 assert!(all_text.contains(&done), "rank {r}: no '{done}': {ctx}");
-                let atomics = all_text
-                    .lines()
-                    .find_map(|l| l.split_once(&format!("btl: oib: rank {r}: rdma: ")))
-                    .and_then(|(_, t)| {
-                        t.split(|c: char| !c.is_ascii_digit())
-                            .filter(|s| !s.is_empty())
-                            .nth(5)
-                            .and_then(|s| s.parse::<u64>().ok())
-                    })
-                    .unwrap_or_else(|| panic!("no counters of rank {r}: {ctx}"));
+                let atomics = ompi::rdma_counts(&all_text, r)
+                    .unwrap_or_else(|| panic!("no counters of rank {r}: {ctx}"))
+                    .atomics;
                 let least = workers * if 0 == r { 2 * locks } else { fops };
                 assert!(atomics >= least, "rank {r}: {atomics} oib atomics: {ctx}");
             }

@@ -235,41 +235,17 @@ pub unsafe extern "C" fn openib_progress_poll(
         let Locked::Held { g, .. } = &mut l else {
             return Ok(to_int(n)); // inside a callback: progress did nothing
         };
-        let inner: &mut Inner = g;
+        g.gather();
         let mut taken = 0;
-        // Writes `c` to `out[taken]`; false when it failed (the last one taken: openib_last_error
-        // is its reason).
-        let put = |c: Completion, taken: &mut usize| {
+        while taken < max {
+            let Some(c) = g.done.pop_front() else { break };
             let v = completion_out("openib_progress_poll", c);
             // SAFETY: `out` is writable for `max` completions (the caller's contract) and
-            // `*taken < max` (both loops check it first).
-            unsafe { out.add(*taken).write(v) };
-            *taken += 1;
-            v.status == OPENIB_OK
-        };
-        if inner.done.is_empty() {
-            // Nothing older waits in the handle's queue: straight from the transport's list
-            // (the common case, one or two completions); what does not fit waits there.
-            if inner.t.has_completions() {
-                let mut fresh = inner.t.drain_completions();
-                while taken < max {
-                    let Some(c) = fresh.next() else { break };
-                    if !put(c, &mut taken) {
-                        break;
-                    }
-                }
-                inner.done.extend(fresh);
-                inner.backlog.check(inner.done.len());
-            }
-        } else {
-            inner.gather();
-            while taken < max {
-                let Some(c) = inner.done.pop_front() else {
-                    break;
-                };
-                if !put(c, &mut taken) {
-                    break;
-                }
+            // `taken < max`.
+            unsafe { out.add(taken).write(v) };
+            taken += 1;
+            if v.status != OPENIB_OK {
+                break; // the last one taken: openib_last_error is its reason
             }
         }
         drop(l);

@@ -194,3 +194,36 @@ pub fn assert_matrix_ran(name: &str, text: &str, n: u32, subtests: &[&str]) {
         }
     }
 }
+
+/// One rank's oib RDMA counters from its finalize line (`btl_base_verbose` 5): "btl: oib: rank
+/// R: rdma: X registrations, P puts (PB bytes), G gets (GB bytes), A atomics".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RdmaCounts {
+    pub registrations: u64,
+    pub puts: u64,
+    pub put_bytes: u64,
+    pub gets: u64,
+    pub get_bytes: u64,
+    pub atomics: u64,
+}
+
+/// The [`RdmaCounts`] rank `rank` printed in `text`, if it printed them.
+pub fn rdma_counts(text: &str, rank: u32) -> Option<RdmaCounts> {
+    let head = format!("btl: oib: rank {rank}: rdma: ");
+    let line = text
+        .lines()
+        .find_map(|l| l.split_once(&head).map(|(_, t)| t))?;
+    let n: Vec<u64> = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().expect("digits"))
+        .collect();
+    (n.len() == 6).then(|| RdmaCounts {
+        registrations: n[0],
+        puts: n[1],
+        put_bytes: n[2],
+        gets: n[3],
+        get_bytes: n[4],
+        atomics: n[5],
+    })
+}

@@ -7,23 +7,12 @@ use std::collections::BTreeMap;
 /// Panics unless `svg` is an SVG document with every one of `labels` in its text and exactly
 /// `series` (legend names) drawn, each in a colour of its own. Returns its text.
 pub fn check(svg: &str, labels: &[&str], series: &[&str]) -> String {
-    let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("not XML ({e}): {svg}"));
+    let doc = parse(svg);
     let root = doc.root_element();
-    assert_eq!(root.tag_name().name(), "svg", "root element");
     assert!(root.attribute("width").is_some() && root.attribute("height").is_some());
-    let text: Vec<&str> = doc
-        .descendants()
-        .filter(|n| n.has_tag_name("text"))
-        .filter_map(|n| n.text())
-        .map(str::trim)
-        .collect();
+    let text = texts(&doc);
     let joined = text.join("\n");
-    for l in labels {
-        assert!(
-            text.iter().any(|t| t.contains(l)),
-            "no label {l:?} in {joined}"
-        );
-    }
+    assert_labels(&text, labels);
     for s in series {
         assert!(text.contains(s), "no legend entry {s:?} in {joined}");
     }
@@ -50,20 +39,36 @@ pub fn check(svg: &str, labels: &[&str], series: &[&str]) -> String {
 /// Like `check`, for plots of markers without curves (categories): an SVG document with every
 /// one of `labels` in its text and every one of `series` in its legend. Returns its text.
 pub fn check_markers(svg: &str, labels: &[&str], series: &[&str]) -> String {
+    let doc = parse(svg);
+    let text = texts(&doc);
+    assert_labels(&text, labels);
+    assert_labels(&text, series);
+    text.join("\n")
+}
+
+/// `svg` parsed, its root element checked to be `<svg>`.
+fn parse(svg: &str) -> roxmltree::Document<'_> {
     let doc = roxmltree::Document::parse(svg).unwrap_or_else(|e| panic!("not XML ({e}): {svg}"));
     assert_eq!(doc.root_element().tag_name().name(), "svg", "root element");
-    let text: Vec<&str> = doc
-        .descendants()
+    doc
+}
+
+/// The trimmed contents of every `<text>` element, in document order.
+fn texts<'a>(doc: &'a roxmltree::Document<'_>) -> Vec<&'a str> {
+    doc.descendants()
         .filter(|n| n.has_tag_name("text"))
         .filter_map(|n| n.text())
         .map(str::trim)
-        .collect();
-    let joined = text.join("\n");
-    for l in labels.iter().chain(series) {
+        .collect()
+}
+
+/// Panics unless each of `labels` is within one of the `text` elements.
+fn assert_labels(text: &[&str], labels: &[&str]) {
+    for l in labels {
         assert!(
             text.iter().any(|t| t.contains(l)),
-            "no label {l:?} in {joined}"
+            "no label {l:?} in {}",
+            text.join("\n")
         );
     }
-    joined
 }

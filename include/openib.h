@@ -343,6 +343,29 @@ int openib_compare_swap_addr(openib_t *t, uint32_t peer, void *local, openib_mem
                              uint64_t remote_addr, const openib_remote_t *remote,
                              uint64_t compare, uint64_t swap, uint64_t *token_out);
 
+/* The same four by address, with the token the completion carries chosen by the caller
+ * instead of drawn by the transport: `token` must have OPENIB_CALLER_TOKEN set
+ * (OPENIB_ERR_INVALID otherwise); its other 63 bits are the caller's (a pointer to its record
+ * of the operation, say), so the caller finds the operation from the completion alone, with
+ * no table of tokens and no race between posting and polling. The transport's own tokens
+ * (token_out of every other call) count up from 1 and never have that bit: the bit tells a
+ * completion of these calls from the others. Tokens need not be unique; each operation
+ * reports one completion. */
+#define OPENIB_CALLER_TOKEN (UINT64_C(1) << 63)
+int openib_put_addr_token(openib_t *t, uint32_t peer, const void *local, openib_mem_t *local_mem,
+                          uint64_t remote_addr, const openib_remote_t *remote, size_t len,
+                          uint64_t token);
+int openib_get_addr_token(openib_t *t, uint32_t peer, void *local, openib_mem_t *local_mem,
+                          uint64_t remote_addr, const openib_remote_t *remote, size_t len,
+                          uint64_t token);
+int openib_fetch_add_addr_token(openib_t *t, uint32_t peer, void *local, openib_mem_t *local_mem,
+                                uint64_t remote_addr, const openib_remote_t *remote,
+                                uint64_t add, uint64_t token);
+int openib_compare_swap_addr_token(openib_t *t, uint32_t peer, void *local,
+                                   openib_mem_t *local_mem, uint64_t remote_addr,
+                                   const openib_remote_t *remote, uint64_t compare,
+                                   uint64_t swap, uint64_t token);
+
 /* --- progress and completions ------------------------------------------------------------- */
 
 /* Makes progress: connections, work completions, receive callbacks (run here), queued sends and

@@ -142,6 +142,7 @@ pub(crate) fn code_of(e: &TransportError) -> c_int {
         TransportError::Timeout { .. } => OPENIB_ERR_TIMEOUT,
         TransportError::Range { .. } => OPENIB_ERR_RANGE,
         TransportError::Misaligned { .. } => OPENIB_ERR_INVALID,
+        TransportError::NotACallerToken { .. } => OPENIB_ERR_INVALID,
         TransportError::Setting(_) => OPENIB_ERR_SETUP,
         TransportError::Busy { .. } => OPENIB_ERR_BUSY,
         _ => OPENIB_ERR_OTHER,

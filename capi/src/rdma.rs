@@ -22,6 +22,15 @@ pub(crate) enum What {
     Atomic(AtomicOp),
 }
 
+/// Whose token an operation's completion carries.
+#[derive(Clone, Copy)]
+pub(crate) enum Token {
+    /// One the transport draws, written to this pointer (NULL: not wanted).
+    Drawn(*mut u64),
+    /// The caller's (`OPENIB_CALLER_TOKEN` set), for the `*_token` forms.
+    Given(u64),
+}
+
 /// Every one-sided entry point: checks the handle, the region (of this handle) and the remote
 /// handle, turns `place` into offsets, and posts the operation.
 ///
@@ -36,7 +45,7 @@ unsafe fn one_sided(
     remote: *const openib_remote_t,
     place: Place,
     what: What,
-    token_out: *mut u64,
+    token: Token,
 ) -> c_int {
     call(func, || {
         // SAFETY: the caller's contract on `t`, `mem` and `remote`.
@@ -63,6 +72,22 @@ unsafe fn one_sided(
             }
         };
         let mut l = h.lock()?;
+        let token_out = match token {
+            Token::Drawn(out) => out,
+            Token::Given(token) => {
+                match what {
+                    What::Rdma { write, len } => {
+                        l.t()
+                            .rdma_as(token, peer, write, m.mr.local(), offset, r, roffset, len)?
+                    }
+                    What::Atomic(op) => {
+                        l.t()
+                            .atomic_as(token, peer, op, m.mr.local(), offset, r, roffset)?
+                    }
+                }
+                return Ok(OPENIB_OK);
+            }
+        };
         let token = match what {
             What::Rdma { write, len } => {
                 l.t()
@@ -72,6 +97,7 @@ unsafe fn one_sided(
                 .t()
                 .atomic_region(peer, op, m.mr.local(), offset, r, roffset)?,
         };
+        drop(l);
         // SAFETY: the caller's contract on `token_out`.
         unsafe { put_opt(token_out, token) };
         Ok(OPENIB_OK)
@@ -105,7 +131,7 @@ pub unsafe extern "C" fn openib_put(
             remote,
             Place::Offsets { offset, roffset },
             What::Rdma { write: true, len },
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -136,7 +162,7 @@ pub unsafe extern "C" fn openib_get(
             remote,
             Place::Offsets { offset, roffset },
             What::Rdma { write: false, len },
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -169,7 +195,7 @@ pub unsafe extern "C" fn openib_fetch_add(
             remote,
             Place::Offsets { offset, roffset },
             What::Atomic(AtomicOp::FetchAdd { add }),
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -203,7 +229,7 @@ pub unsafe extern "C" fn openib_compare_swap(
             remote,
             Place::Offsets { offset, roffset },
             What::Atomic(AtomicOp::CompareSwap { compare, swap }),
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -255,7 +281,7 @@ pub unsafe extern "C" fn openib_put_addr(
             remote,
             Place::Addresses { local, remote_addr },
             What::Rdma { write: true, len },
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -287,7 +313,7 @@ pub unsafe extern "C" fn openib_get_addr(
             remote,
             Place::Addresses { local, remote_addr },
             What::Rdma { write: false, len },
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -324,7 +350,7 @@ pub unsafe extern "C" fn openib_fetch_add_addr(
                 remote_addr,
             },
             What::Atomic(AtomicOp::FetchAdd { add }),
-            token_out,
+            Token::Drawn(token_out),
         )
     }
 }
@@ -361,7 +387,142 @@ pub unsafe extern "C" fn openib_compare_swap_addr(
                 remote_addr,
             },
             What::Atomic(AtomicOp::CompareSwap { compare, swap }),
-            token_out,
+            Token::Drawn(token_out),
+        )
+    }
+}
+
+/// `openib_put_addr` whose completion carries `token` (`OPENIB_CALLER_TOKEN` set) instead of
+/// a token the transport draws: the caller finds its operation from the completion alone.
+///
+/// # Safety
+/// As for `openib_put_addr` (no `token_out`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn openib_put_addr_token(
+    t: *mut openib_t,
+    peer: u32,
+    local: *const c_void,
+    local_mem: *mut openib_mem_t,
+    remote_addr: u64,
+    remote: *const openib_remote_t,
+    len: usize,
+    token: u64,
+) -> c_int {
+    // SAFETY: the same contract.
+    unsafe {
+        one_sided(
+            "openib_put_addr_token",
+            t,
+            peer,
+            local_mem,
+            remote,
+            Place::Addresses { local, remote_addr },
+            What::Rdma { write: true, len },
+            Token::Given(token),
+        )
+    }
+}
+
+/// `openib_get_addr` whose completion carries `token` (see `openib_put_addr_token`).
+///
+/// # Safety
+/// As for `openib_get_addr` (no `token_out`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn openib_get_addr_token(
+    t: *mut openib_t,
+    peer: u32,
+    local: *mut c_void,
+    local_mem: *mut openib_mem_t,
+    remote_addr: u64,
+    remote: *const openib_remote_t,
+    len: usize,
+    token: u64,
+) -> c_int {
+    // SAFETY: the same contract.
+    unsafe {
+        one_sided(
+            "openib_get_addr_token",
+            t,
+            peer,
+            local_mem,
+            remote,
+            Place::Addresses {
+                local: local.cast_const(),
+                remote_addr,
+            },
+            What::Rdma { write: false, len },
+            Token::Given(token),
+        )
+    }
+}
+
+/// `openib_fetch_add_addr` whose completion carries `token` (see `openib_put_addr_token`).
+///
+/// # Safety
+/// As for `openib_fetch_add_addr` (no `token_out`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn openib_fetch_add_addr_token(
+    t: *mut openib_t,
+    peer: u32,
+    local: *mut c_void,
+    local_mem: *mut openib_mem_t,
+    remote_addr: u64,
+    remote: *const openib_remote_t,
+    add: u64,
+    token: u64,
+) -> c_int {
+    // SAFETY: the same contract.
+    unsafe {
+        one_sided(
+            "openib_fetch_add_addr_token",
+            t,
+            peer,
+            local_mem,
+            remote,
+            Place::Addresses {
+                local: local.cast_const(),
+                remote_addr,
+            },
+            What::Atomic(AtomicOp::FetchAdd { add }),
+            Token::Given(token),
+        )
+    }
+}
+
+/// `openib_compare_swap_addr` whose completion carries `token` (see `openib_put_addr_token`).
+///
+/// # Safety
+/// As for `openib_compare_swap_addr` (no `token_out`).
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn openib_compare_swap_addr_token(
+    t: *mut openib_t,
+    peer: u32,
+    local: *mut c_void,
+    local_mem: *mut openib_mem_t,
+    remote_addr: u64,
+    remote: *const openib_remote_t,
+    compare: u64,
+    swap: u64,
+    token: u64,
+) -> c_int {
+    // SAFETY: the same contract.
+    unsafe {
+        one_sided(
+            "openib_compare_swap_addr_token",
+            t,
+            peer,
+            local_mem,
+            remote,
+            Place::Addresses {
+                local: local.cast_const(),
+                remote_addr,
+            },
+            What::Atomic(AtomicOp::CompareSwap { compare, swap }),
+            Token::Given(token),
         )
     }
 }

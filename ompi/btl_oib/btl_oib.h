@@ -112,30 +112,27 @@ typedef struct mca_btl_oib_reg_t {
     mca_btl_base_registration_handle_t handle;
 } mca_btl_oib_reg_t;
 
-/* A transport token: of a posted piece (op set), or of a completion that came before its
- * poster recorded the token (op NULL, status kept). */
+/* A send's completion that came before its poster listed the descriptor (btl_oib_module.c):
+ * kept by token until the poster claims it. */
 typedef struct mca_btl_oib_token_t {
     struct mca_btl_oib_token_t *next;
     uint64_t token;
-    struct mca_btl_oib_rdma_t *op;
     int status;
 } mca_btl_oib_token_t;
 
 /* A put, get or atomic of the upper layer, posted as one or more transport operations
- * (pieces); its callback runs from progress once every piece completed. */
+ * (pieces) whose token is this record's address (btl_oib_rdma.c); its callback runs from
+ * progress once every piece completed. From the module's free list `rdma_ops`. */
 typedef struct mca_btl_oib_rdma_t {
+    opal_free_list_item_t super;
     struct mca_btl_oib_rdma_t *next; /* in the module's queue of finished operations */
     struct mca_btl_base_endpoint_t *endpoint;
     void *local_address;
     struct mca_btl_base_registration_handle_t *local_handle;
     mca_btl_base_rdma_completion_fn_t cbfunc;
     void *cbcontext, *cbdata;
-    int pending; /* pieces not completed (+1 while still posting); under rdma_lock */
-    int status;  /* the first failure of a piece (an openib error), or OPENIB_OK */
-    /* The record of the first piece, inside the operation (most have one piece: no
-     * allocation for it); `piece0_used` once it is taken. */
-    mca_btl_oib_token_t piece0;
-    int piece0_used;
+    int pending; /* pieces not completed, +1 while the poster posts them (atomic) */
+    int status;  /* the first failure of a piece (an openib error), or OPENIB_OK (atomic) */
 } mca_btl_oib_rdma_t;
 
 
@@ -161,11 +158,13 @@ typedef struct mca_btl_oib_module_t {
     /* Endpoints by rank, made by add_procs. */
     mca_btl_base_endpoint_t **endpoints;
     mca_btl_base_module_error_cb_fn_t error_cb;
-    /* RDMA (btl_oib_rdma.c): pieces in flight and early completions by token, finished
-     * operations waiting for their callback, all under rdma_lock; rdma_inflight counts the
+    /* RDMA (btl_oib_rdma.c): operations (a free list), operations whose pieces all
+     * completed before their poster finished (waiting for progress to run their callback)
+     * and early send completions by token, both under rdma_lock; rdma_inflight counts the
      * operations whose callback has not run (btl_flush waits for 0). */
     pthread_mutex_t rdma_lock;
-    mca_btl_oib_token_t *pieces, *early;
+    opal_free_list_t rdma_ops;
+    mca_btl_oib_token_t *early;
     mca_btl_oib_rdma_t *done_head, *done_tail;
     int64_t rdma_inflight;
     /* Where the old values of non-fetching atomics land (never read). */
@@ -212,10 +211,12 @@ int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m);
 void mca_btl_oib_rdma_release(mca_btl_oib_module_t *m);
 /* Prints the counters (btl_base_verbose 5) and releases what init made. */
 void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m);
-/* A completion whose token is not a send's: 1 if it was an RDMA piece (or recorded as an
- * early completion), which is always the case. */
+/* A completion of a put, get or atomic (its token has OPENIB_CALLER_TOKEN): 1 when it was its
+ * operation's last piece (whose callback then ran), else 0. */
 int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c);
-/* Runs the callbacks of finished operations; returns how many. */
+/* Keeps a send's completion that came before its descriptor was listed, for the poster. */
+void mca_btl_oib_early_keep(mca_btl_oib_module_t *m, const openib_completion_t *c);
+/* Runs the callbacks of the operations queued by their posters; how many. */
 int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m);
 /* The endpoint of `rank` failed (the transport's `status`, `why` its reason: a completion's
  * openib_last_error()): the first time for that endpoint, one line at the default verbosity

@@ -7,9 +7,10 @@
  * returns OPAL_SUCCESS and the descriptor's callback runs from progress when the transport
  * reports the send's completion (its token), with the transport's status.
  *
- * Completions: openib_progress_poll's are matched to a send descriptor or an RDMA piece by
- * token; no lock is held across a transport call, so one polled before its poster recorded
- * the token is kept as early and claimed by the poster (oib_send, btl_oib_rdma.c).
+ * Completions: openib_progress_poll's are an RDMA piece's, whose token is its operation's
+ * address (btl_oib_rdma.c), or a send's, matched to its descriptor by the transport's token;
+ * no lock is held across a transport call, so a send's polled before its poster listed the
+ * descriptor is kept as early and claimed by the poster (oib_send).
  *
  * Receives: the transport's receive callback hands the message to ob1's callback for its tag
  * (mca_btl_base_active_message_trigger) at once, on the transport's receive buffer, without a
@@ -581,13 +582,18 @@ int mca_btl_oib_module_progress(mca_btl_oib_module_t *m)
             snprintf(why, sizeof why, "%s", openib_last_error());
             mca_btl_oib_endpoint_failed(m, c->peer, c->status, why);
         }
-        /* A send's, or else an RDMA piece's; one not recorded yet by its poster is kept as an
-         * early completion (btl_oib_rdma.c), which the poster claims. Under send_lock, so
-         * that oib_send cannot list its descriptor between the two lookups. */
+        /* A put, get or atomic's piece names its operation (btl_oib_rdma.c): no lock. */
+        if (0 != (c->token & OPENIB_CALLER_TOKEN)) {
+            count += mca_btl_oib_rdma_completion(m, c);
+            continue;
+        }
+        /* A send's; one not listed yet by its poster is kept as an early completion, which
+         * the poster claims. Under send_lock, so that oib_send cannot list its descriptor
+         * between the lookup and the keeping. */
         pthread_mutex_lock(&m->send_lock);
         mca_btl_oib_frag_t *frag = sends_take(m, c->token);
         if (NULL == frag) {
-            count += mca_btl_oib_rdma_completion(m, c);
+            mca_btl_oib_early_keep(m, c);
             pthread_mutex_unlock(&m->send_lock);
         } else {
             pthread_mutex_unlock(&m->send_lock);

@@ -12,12 +12,14 @@
  * from the same memory. Otherwise (mpi_leave_pinned 0, no memory hooks) each registration is
  * released with its request. Finalize releases the cache before the transport closes.
  *
- * Completion: an operation is posted as pieces of at most OIB_RDMA_PIECE bytes (one
- * transport token each; the transport's limit per request is the port's, not ours), and its
- * callback runs from progress once all its pieces completed, with the first failure's
- * status. A token comes back from openib_put_addr & co. and its completion is taken by
- * whichever thread progresses, without a lock held across the transport call: a completion
- * whose token is not recorded yet is kept as early and claimed by the poster.
+ * Completion: an operation is posted as pieces of at most OIB_RDMA_PIECE bytes, each with the
+ * operation's own address as its token (openib_put_addr_token & co., OPENIB_CALLER_TOKEN set),
+ * and its callback runs from progress once all its pieces completed, with the first failure's
+ * status. Whichever thread progresses finds the operation from the completion alone: no table
+ * of tokens, no lock. `pending` counts the pieces not completed plus one for the poster until
+ * it has posted them all, so the count reaches zero exactly once: in progress (nearly always:
+ * the completion comes after the post returned), or in the poster when every piece completed
+ * before it finished, which queues the operation for the next progress call.
  */
 #include "opal_config.h"
 
@@ -141,145 +143,74 @@ static int oib_deregister_mem(struct mca_btl_base_module_t *btl,
     return rc;
 }
 
-static void done_push(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op)
+/* The token of a piece of `op`: the operation's address with the caller-token bit. */
+static inline uint64_t op_token(mca_btl_oib_rdma_t *op)
 {
+    return (uint64_t) (uintptr_t) op | OPENIB_CALLER_TOKEN;
+}
+
+/* Runs the callback of a finished operation and gives it back. */
+static void op_deliver(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op)
+{
+    /* Counted done before its callback (btl.h: a flush need not wait for callbacks), so that
+     * a callback that flushes does not wait for itself. */
+    __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
+    if (NULL != op->cbfunc) {
+        op->cbfunc(&m->super, op->endpoint, op->local_address, op->local_handle, op->cbcontext,
+                   op->cbdata, mca_btl_oib_opal_code(op->status));
+    }
+    /* A failed endpoint was reported when its completion was polled (module progress,
+     * mca_btl_oib_endpoint_failed). */
+    opal_free_list_return(&m->rdma_ops, &op->super);
+}
+
+/* Records a piece's failure (the first one's status stays). */
+static void op_failed(mca_btl_oib_rdma_t *op, int status)
+{
+    int ok = OPENIB_OK;
+    (void) __atomic_compare_exchange_n(&op->status, &ok, status, false, __ATOMIC_RELAXED,
+                                       __ATOMIC_RELAXED);
+}
+
+/* Takes one count of `op` (a piece's or the poster's): true when it was the last. */
+static inline bool op_count_done(mca_btl_oib_rdma_t *op)
+{
+    return 0 == __atomic_sub_fetch(&op->pending, 1, __ATOMIC_ACQ_REL);
+}
+
+int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c)
+{
+    mca_btl_oib_rdma_t *op = (mca_btl_oib_rdma_t *) (uintptr_t) (c->token
+                                                                  & ~OPENIB_CALLER_TOKEN);
+    if (OPENIB_OK != c->status) {
+        opal_output_verbose(1, OIB_OUT, "btl: oib: RDMA operation to rank %u failed: %s",
+                            c->peer, openib_strerror(c->status));
+        op_failed(op, c->status);
+    }
+    if (!op_count_done(op)) {
+        return 0;
+    }
+    op_deliver(m, op);
+    return 1;
+}
+
+/* The poster is done with `op`: its count goes; when the pieces all completed before that
+ * (or none was posted), the operation waits for the next progress call in the module's
+ * queue (the callback never runs inside the put, get or atomic call). */
+static void op_release(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op)
+{
+    if (!op_count_done(op)) {
+        return;
+    }
     op->next = NULL;
+    pthread_mutex_lock(&m->rdma_lock);
     if (NULL == m->done_tail) {
         __atomic_store_n(&m->done_head, op, __ATOMIC_RELEASE); /* progress peeks */
     } else {
         m->done_tail->next = op;
     }
     m->done_tail = op;
-}
-
-/* One piece of `op` finished with `status`; under rdma_lock. */
-static void piece_done(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, int status)
-{
-    if (OPENIB_OK != status && OPENIB_OK == op->status) {
-        op->status = status;
-    }
-    if (0 == --op->pending) {
-        done_push(m, op);
-    }
-}
-
-/* Records the token of a piece of `op` just posted: claims its completion when progress saw
- * it first, or keeps it for progress (without memory for that, the piece counts as failed
- * at once and its completion is kept as an early one, never claimed). */
-static bool early_take_locked(mca_btl_oib_module_t *m, uint64_t token, int *status);
-
-/* The record of a piece: the operation's own for its first piece, else allocated. */
-static bool piece_embedded(const mca_btl_oib_token_t *p)
-{
-    return p == &p->op->piece0;
-}
-
-/* `last`: the poster posts no more pieces (its own count goes in the same critical section,
- * as op_posted would take it: one lock round fewer for a single-piece operation). */
-static void piece_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, uint64_t token,
-                         bool last)
-{
-    /* Allocated before the lock; the lookup and the insertion are one critical section, so
-     * progress cannot keep the completion as early in between. */
-    mca_btl_oib_token_t *p = NULL;
-    if (!op->piece0_used) {
-        op->piece0_used = 1;
-        p = &op->piece0;
-    } else {
-        p = malloc(sizeof *p);
-    }
-    int status;
-    pthread_mutex_lock(&m->rdma_lock);
-    op->pending++;
-    if (early_take_locked(m, token, &status)) {
-        piece_done(m, op, status);
-        if (NULL != p && &op->piece0 != p) {
-            free(p);
-        }
-    } else if (NULL == p) {
-        /* Its completion cannot be matched: count the piece failed now. */
-        piece_done(m, op, OPENIB_ERR_OTHER);
-    } else {
-        p->token = token;
-        p->op = op;
-        p->status = OPENIB_OK;
-        p->next = m->pieces;
-        m->pieces = p;
-    }
-    if (last) {
-        piece_done(m, op, OPENIB_OK); /* the poster's count (op_posted's) */
-    }
     pthread_mutex_unlock(&m->rdma_lock);
-}
-
-int mca_btl_oib_rdma_completion(mca_btl_oib_module_t *m, const openib_completion_t *c)
-{
-    pthread_mutex_lock(&m->rdma_lock);
-    mca_btl_oib_token_t *prev = NULL, *p = m->pieces;
-    while (NULL != p && p->token != c->token) {
-        prev = p;
-        p = p->next;
-    }
-    if (NULL != p) {
-        if (NULL == prev) {
-            m->pieces = p->next;
-        } else {
-            prev->next = p->next;
-        }
-        if (OPENIB_OK != c->status) {
-            opal_output_verbose(1, OIB_OUT, "btl: oib: RDMA operation to rank %u failed: %s",
-                                c->peer, openib_strerror(c->status));
-        }
-        /* Decided before piece_done: the operation (and a record inside it) may be delivered
-         * and freed by another thread once the lock is released. */
-        bool embedded = piece_embedded(p);
-        piece_done(m, p->op, c->status);
-        pthread_mutex_unlock(&m->rdma_lock);
-        if (!embedded) {
-            free(p);
-        }
-        return 1;
-    }
-    /* Not recorded yet (its poster is between the transport call and piece_posted). */
-    mca_btl_oib_token_t *e = malloc(sizeof *e);
-    if (NULL != e) {
-        e->token = c->token;
-        e->op = NULL;
-        e->status = c->status;
-        e->next = m->early;
-        m->early = e;
-    }
-    pthread_mutex_unlock(&m->rdma_lock);
-    return 1;
-}
-
-/* Takes the early completion of `token` from the list; rdma_lock held. */
-static bool early_take_locked(mca_btl_oib_module_t *m, uint64_t token, int *status)
-{
-    mca_btl_oib_token_t *prev = NULL, *e = m->early;
-    while (NULL != e && e->token != token) {
-        prev = e;
-        e = e->next;
-    }
-    if (NULL == e) {
-        return false;
-    }
-    if (NULL == prev) {
-        m->early = e->next;
-    } else {
-        prev->next = e->next;
-    }
-    *status = e->status;
-    free(e);
-    return true;
-}
-
-bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status)
-{
-    pthread_mutex_lock(&m->rdma_lock);
-    bool found = early_take_locked(m, token, status);
-    pthread_mutex_unlock(&m->rdma_lock);
-    return found;
 }
 
 int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
@@ -298,16 +229,7 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
         if (NULL == op) {
             return count;
         }
-        /* Counted done before its callback (btl.h: a flush need not wait for callbacks), so
-         * that a callback that flushes does not wait for itself. */
-        __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
-        if (NULL != op->cbfunc) {
-            op->cbfunc(&m->super, op->endpoint, op->local_address, op->local_handle,
-                       op->cbcontext, op->cbdata, mca_btl_oib_opal_code(op->status));
-        }
-        /* A failed endpoint was reported when its completion was polled (module progress,
-         * mca_btl_oib_endpoint_failed). */
-        free(op);
+        op_deliver(m, op);
         count++;
         /* An unlocked peek, as module progress's: one listed meanwhile waits for the next. */
         if (NULL == __atomic_load_n(&m->done_head, __ATOMIC_ACQUIRE)) {
@@ -316,13 +238,50 @@ int mca_btl_oib_rdma_deliver(mca_btl_oib_module_t *m)
     }
 }
 
+/* Early completions of sends (btl_oib_module.c): a send's completion polled before its
+ * descriptor was listed is kept here by token, and claimed by the poster. */
+void mca_btl_oib_early_keep(mca_btl_oib_module_t *m, const openib_completion_t *c)
+{
+    mca_btl_oib_token_t *e = malloc(sizeof *e);
+    if (NULL == e) {
+        return; /* the send's poster then waits for a completion that never comes */
+    }
+    e->token = c->token;
+    e->status = c->status;
+    pthread_mutex_lock(&m->rdma_lock);
+    e->next = m->early;
+    m->early = e;
+    pthread_mutex_unlock(&m->rdma_lock);
+}
+
+bool mca_btl_oib_rdma_claim_early(mca_btl_oib_module_t *m, uint64_t token, int *status)
+{
+    pthread_mutex_lock(&m->rdma_lock);
+    mca_btl_oib_token_t *prev = NULL, *e = m->early;
+    while (NULL != e && e->token != token) {
+        prev = e;
+        e = e->next;
+    }
+    if (NULL != e) {
+        if (NULL == prev) {
+            m->early = e->next;
+        } else {
+            prev->next = e->next;
+        }
+        *status = e->status;
+    }
+    pthread_mutex_unlock(&m->rdma_lock);
+    free(e);
+    return NULL != e;
+}
+
 static mca_btl_oib_rdma_t *op_new(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep,
                                   void *local_address,
                                   struct mca_btl_base_registration_handle_t *local_handle,
                                   mca_btl_base_rdma_completion_fn_t cbfunc, void *cbcontext,
                                   void *cbdata)
 {
-    mca_btl_oib_rdma_t *op = malloc(sizeof *op);
+    mca_btl_oib_rdma_t *op = (mca_btl_oib_rdma_t *) opal_free_list_get(&m->rdma_ops);
     if (NULL == op) {
         return NULL;
     }
@@ -335,24 +294,17 @@ static mca_btl_oib_rdma_t *op_new(mca_btl_oib_module_t *m, struct mca_btl_base_e
     op->cbdata = cbdata;
     op->pending = 1; /* the poster's, until every piece is posted */
     op->status = OPENIB_OK;
-    op->piece0_used = 0;
     __atomic_add_fetch(&m->rdma_inflight, 1, __ATOMIC_RELAXED);
     return op;
 }
 
-/* The poster is done with `op`: pieces posted (`posted` > 0) complete it later; with none
- * posted it is dropped and `rc` returned (the upper layer retries or fails, no callback). */
-static int op_posted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, size_t posted, int rc)
+/* An operation none of whose pieces was posted: dropped, `rc` returned (the upper layer
+ * retries or fails; no callback). */
+static int op_unposted(mca_btl_oib_module_t *m, mca_btl_oib_rdma_t *op, int rc)
 {
-    if (0 == posted) {
-        free(op);
-        __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
-        return mca_btl_oib_opal_code(rc);
-    }
-    pthread_mutex_lock(&m->rdma_lock);
-    piece_done(m, op, rc);
-    pthread_mutex_unlock(&m->rdma_lock);
-    return OPAL_SUCCESS;
+    opal_free_list_return(&m->rdma_ops, &op->super);
+    __atomic_sub_fetch(&m->rdma_inflight, 1, __ATOMIC_RELEASE);
+    return mca_btl_oib_opal_code(rc);
 }
 
 static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
@@ -373,30 +325,31 @@ static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
     }
     openib_mem_t *mem = reg_of(local_handle)->mem;
     const openib_remote_t *remote = &remote_handle->remote;
+    uint64_t token = op_token(op);
     size_t done = 0, pieces = 0;
     int rc = OPENIB_OK;
     do {
         size_t n = size - done < OIB_RDMA_PIECE ? size - done : OIB_RDMA_PIECE;
         unsigned char *at = (unsigned char *) local_address + done;
-        uint64_t token = 0;
-        rc = write ? openib_put_addr(m->t, ep->rank, at, mem, remote_address + done, remote, n,
-                                     &token)
-                   : openib_get_addr(m->t, ep->rank, at, mem, remote_address + done, remote, n,
-                                     &token);
+        /* Counted before the post: its completion may be polled before the call returns. */
+        __atomic_add_fetch(&op->pending, 1, __ATOMIC_RELAXED);
+        rc = write ? openib_put_addr_token(m->t, ep->rank, at, mem, remote_address + done,
+                                           remote, n, token)
+                   : openib_get_addr_token(m->t, ep->rank, at, mem, remote_address + done,
+                                           remote, n, token);
         if (OPENIB_OK != rc) {
+            __atomic_sub_fetch(&op->pending, 1, __ATOMIC_RELAXED);
             opal_output_verbose(10, OIB_OUT, "btl: oib: %s of %zu bytes to rank %u: %s", what,
                                 n, ep->rank, openib_last_error());
             mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
             break;
         }
-        bool last = done + n >= size;
-        piece_posted(m, op, token, last);
         pieces++;
         done += n;
-        if (last) {
-            break;
-        }
     } while (done < size);
+    if (0 == pieces) {
+        return op_unposted(m, op, rc);
+    }
     if (OPENIB_OK == rc) {
         if (write) {
             __atomic_add_fetch(&m->n_put, 1, __ATOMIC_RELAXED);
@@ -405,9 +358,11 @@ static int rdma(const char *what, int write, struct mca_btl_base_module_t *btl,
             __atomic_add_fetch(&m->n_get, 1, __ATOMIC_RELAXED);
             __atomic_add_fetch(&m->get_bytes, size, __ATOMIC_RELAXED);
         }
+    } else {
+        op_failed(op, rc); /* posted in part: its callback reports the failure */
     }
-    /* Posted to the last piece: piece_posted took the poster's count already. */
-    return OPENIB_OK == rc ? OPAL_SUCCESS : op_posted(m, op, pieces, rc);
+    op_release(m, op);
+    return OPAL_SUCCESS;
 }
 
 int mca_btl_oib_put(struct mca_btl_base_module_t *btl, struct mca_btl_base_endpoint_t *ep,
@@ -460,19 +415,22 @@ static int atomic(mca_btl_oib_module_t *m, struct mca_btl_base_endpoint_t *ep, i
     if (NULL == op) {
         return OPAL_ERR_OUT_OF_RESOURCE;
     }
-    uint64_t token = 0;
-    int rc = cswap ? openib_compare_swap_addr(m->t, ep->rank, local_address, mem, remote_address,
-                                              &remote_handle->remote, a, b, &token)
-                   : openib_fetch_add_addr(m->t, ep->rank, local_address, mem, remote_address,
-                                           &remote_handle->remote, a, &token);
+    __atomic_add_fetch(&op->pending, 1, __ATOMIC_RELAXED); /* the piece's, before the post */
+    uint64_t token = op_token(op);
+    int rc = cswap ? openib_compare_swap_addr_token(m->t, ep->rank, local_address, mem,
+                                                    remote_address, &remote_handle->remote, a,
+                                                    b, token)
+                   : openib_fetch_add_addr_token(m->t, ep->rank, local_address, mem,
+                                                 remote_address, &remote_handle->remote, a,
+                                                 token);
     if (OPENIB_OK != rc) {
         opal_output_verbose(10, OIB_OUT, "btl: oib: atomic to rank %u: %s", ep->rank,
                             openib_last_error());
         mca_btl_oib_endpoint_failed(m, ep->rank, rc, openib_last_error());
-        return op_posted(m, op, 0, rc);
+        return op_unposted(m, op, rc);
     }
     __atomic_add_fetch(&m->n_atomic, 1, __ATOMIC_RELAXED);
-    piece_posted(m, op, token, true); /* the poster's count too (op_posted's) */
+    op_release(m, op);
     return OPAL_SUCCESS;
 }
 
@@ -610,7 +568,17 @@ void mca_btl_oib_rdma_release(mca_btl_oib_module_t *m)
 int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m)
 {
     pthread_mutex_init(&m->rdma_lock, NULL);
-    m->pieces = m->early = NULL;
+    m->early = NULL;
+    OBJ_CONSTRUCT(&m->rdma_ops, opal_free_list_t);
+    int rc = opal_free_list_init(&m->rdma_ops, sizeof(mca_btl_oib_rdma_t), opal_cache_line_size,
+                                 OBJ_CLASS(opal_free_list_item_t), 0, opal_cache_line_size, 64,
+                                 -1, 64, NULL, 0, NULL, NULL, NULL);
+    if (OPAL_SUCCESS != rc) {
+        OBJ_DESTRUCT(&m->rdma_ops);
+        opal_output_verbose(1, OIB_OUT, "btl: oib: no module: no free list of RDMA operations "
+                            "(%d)", rc);
+        return rc;
+    }
     m->done_head = m->done_tail = NULL;
     m->rdma_inflight = 0;
     m->n_reg = m->n_put = m->put_bytes = m->n_get = m->get_bytes = m->n_atomic = 0;
@@ -651,19 +619,15 @@ void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m)
                         (unsigned long long) m->n_reg, (unsigned long long) m->n_put,
                         (unsigned long long) m->put_bytes, (unsigned long long) m->n_get,
                         (unsigned long long) m->get_bytes, (unsigned long long) m->n_atomic);
-    /* Pieces never completed (the transport is closed): their records go; their operations
-     * (shared by several pieces) are left, as the send path leaves its descriptors. */
-    for (mca_btl_oib_token_t *p = m->pieces, *n; NULL != p; p = n) {
-        n = p->next;
-        if (!piece_embedded(p)) {
-            free(p);
-        }
-    }
+    /* Early send completions never claimed (the transport is closed) go; operations never
+     * completed go with the free list (their callbacks never run, as the send path leaves its
+     * descriptors). */
     for (mca_btl_oib_token_t *p = m->early, *n; NULL != p; p = n) {
         n = p->next;
         free(p);
     }
-    m->pieces = m->early = NULL;
+    m->early = NULL;
+    OBJ_DESTRUCT(&m->rdma_ops);
     (void) openib_mem_free(m->scratch);
     m->scratch = NULL;
     pthread_mutex_destroy(&m->rdma_lock);

@@ -30,6 +30,10 @@ pub enum TransportError {
     Range { offset: u64, len: u64, size: u64 },
     #[error("atomic target address {addr:#x} is not 8-byte aligned")]
     Misaligned { addr: u64 },
+    /// A token given to [`super::Transport::rdma_as`] or [`super::Transport::atomic_as`]
+    /// without [`super::CALLER_TOKEN`]: it could be taken for one the transport drew.
+    #[error("token {token:#x} lacks the caller-token bit (1 << 63)")]
+    NotACallerToken { token: u64 },
     #[error("immediate send not possible now ({why}); use send")]
     Busy { why: &'static str },
     /// A call that waits on progress, made from inside a receive callback (progress there

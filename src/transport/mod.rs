@@ -114,6 +114,12 @@ impl std::hash::Hasher for IdHash {
 /// A message tag (1..=255; 0 is the transport's own).
 pub type Tag = u8;
 
+/// The bit that marks a token the caller chose ([`Transport::rdma_as`],
+/// [`Transport::atomic_as`]): the tokens the transport draws count up from 1 and never have it,
+/// so a caller tells its own completions from the transport's by this bit alone (and may put
+/// a pointer in the other 63 bits).
+pub const CALLER_TOKEN: u64 = 1 << 63;
+
 /// Send and receive queue depth of every RC queue pair (`recv_depth` is capped to it).
 pub const MAX_QUEUE: u32 = 256;
 

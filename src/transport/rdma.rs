@@ -3,7 +3,7 @@
 
 use super::error::TransportError;
 use super::op::{AtomicOp, LocalRegion, Op};
-use super::Transport;
+use super::{Transport, CALLER_TOKEN};
 use openib_sys::Region;
 use std::sync::Arc;
 
@@ -88,6 +88,31 @@ fn check_remote(remote: &RemoteRegion, roffset: u64, len: u64) -> Result<(), Tra
     Ok(())
 }
 
+/// A caller's token must carry [`CALLER_TOKEN`].
+fn caller_token(token: u64) -> Result<(), TransportError> {
+    if token & CALLER_TOKEN == 0 {
+        return Err(TransportError::NotACallerToken { token });
+    }
+    Ok(())
+}
+
+/// Checks an atomic's 8 bytes of `local` at `offset` and of `remote` at `roffset`; the target
+/// address.
+fn check_atomic(
+    local: &LocalRegion,
+    offset: usize,
+    remote: &RemoteRegion,
+    roffset: u64,
+) -> Result<u64, TransportError> {
+    check_range(local, offset, 8)?;
+    check_remote(remote, roffset, 8)?;
+    let addr = remote.addr + roffset;
+    if addr % 8 != 0 {
+        return Err(TransportError::Misaligned { addr });
+    }
+    Ok(addr)
+}
+
 impl Transport {
     /// RDMA write of `local[offset..offset+len]` to `remote` at `roffset`.
     pub fn put<R: Region + Send + Sync + 'static>(
@@ -132,6 +157,45 @@ impl Transport {
         check_range(&local, offset, len)?;
         check_remote(&remote, roffset, len as u64)?;
         let token = self.token();
+        self.post_rdma(token, peer, write, local, offset, remote, roffset, len)?;
+        Ok(token)
+    }
+
+    /// [`Transport::rdma`] whose completion carries `token`, which the caller chose (it must
+    /// have [`CALLER_TOKEN`] set; the other bits are the caller's, a pointer to its own record
+    /// of the operation for instance): the caller finds its operation from the completion
+    /// without keeping a table of the transport's tokens. The transport does not require
+    /// caller tokens to be unique; each operation reports its own completion.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rdma_as(
+        &mut self,
+        token: u64,
+        peer: u32,
+        write: bool,
+        local: LocalRegion,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        len: usize,
+    ) -> Result<(), TransportError> {
+        caller_token(token)?;
+        check_range(&local, offset, len)?;
+        check_remote(&remote, roffset, len as u64)?;
+        self.post_rdma(token, peer, write, local, offset, remote, roffset, len)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post_rdma(
+        &mut self,
+        token: u64,
+        peer: u32,
+        write: bool,
+        local: LocalRegion,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+        len: usize,
+    ) -> Result<(), TransportError> {
         self.enqueue_one_sided(
             peer,
             Op::Rdma {
@@ -143,8 +207,7 @@ impl Transport {
                 len,
                 token,
             },
-        )?;
-        Ok(token)
+        )
     }
 
     /// 64-bit atomic on `remote` at `roffset` (8-byte aligned); the old value lands in
@@ -171,25 +234,52 @@ impl Transport {
         remote: RemoteRegion,
         roffset: u64,
     ) -> Result<u64, TransportError> {
-        check_range(&local, offset, 8)?;
-        check_remote(&remote, roffset, 8)?;
-        let addr = remote.addr + roffset;
-        if addr % 8 != 0 {
-            return Err(TransportError::Misaligned { addr });
-        }
+        let addr = check_atomic(&local, offset, &remote, roffset)?;
         let token = self.token();
+        self.post_atomic(token, peer, op, local, offset, addr, remote.rkey)?;
+        Ok(token)
+    }
+
+    /// [`Transport::atomic_region`] whose completion carries `token`, which the caller chose
+    /// (with [`CALLER_TOKEN`] set, as for [`Transport::rdma_as`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn atomic_as(
+        &mut self,
+        token: u64,
+        peer: u32,
+        op: AtomicOp,
+        local: LocalRegion,
+        offset: usize,
+        remote: RemoteRegion,
+        roffset: u64,
+    ) -> Result<(), TransportError> {
+        caller_token(token)?;
+        let addr = check_atomic(&local, offset, &remote, roffset)?;
+        self.post_atomic(token, peer, op, local, offset, addr, remote.rkey)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn post_atomic(
+        &mut self,
+        token: u64,
+        peer: u32,
+        op: AtomicOp,
+        local: LocalRegion,
+        offset: usize,
+        remote_addr: u64,
+        rkey: u32,
+    ) -> Result<(), TransportError> {
         self.enqueue_one_sided(
             peer,
             Op::Atomic {
                 op,
                 local,
                 offset,
-                remote_addr: addr,
-                rkey: remote.rkey,
+                remote_addr,
+                rkey,
                 token,
             },
-        )?;
-        Ok(token)
+        )
     }
 
     /// Fetch-and-add (see [`Transport::atomic`]).
@@ -238,6 +328,28 @@ impl Transport {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A caller's token needs the caller-token bit, so that it is never one the transport
+    /// drew (those count up from 1); the error names the token.
+    #[test]
+    fn caller_tokens_must_carry_the_caller_bit() {
+        for bad in [0, 1, 42, CALLER_TOKEN - 1] {
+            let e = caller_token(bad).unwrap_err();
+            assert!(
+                matches!(e, TransportError::NotACallerToken { token } if token == bad),
+                "{bad:#x}: {e}"
+            );
+            assert!(e.to_string().contains(&format!("{bad:#x}")), "{e}");
+        }
+        for good in [
+            CALLER_TOKEN,
+            CALLER_TOKEN | 1,
+            u64::MAX,
+            CALLER_TOKEN | 0x5555_0000_1000,
+        ] {
+            assert!(caller_token(good).is_ok(), "{good:#x}");
+        }
+    }
 
     /// Addresses map to offsets only when the whole range lies inside: below the base, past the
     /// end, straddling the end and wrapping around are range errors.

@@ -6,18 +6,22 @@
  *   1. registers part of a malloc'ed buffer at an odd address (DATA bytes: a source area, a
  *      put landing area and a get landing area) and a posix_memalign'ed counter block, checks
  *      openib_mem_ptr/len/remote on them, and sends the peer both remote handles;
- *   2. puts its source area into the peer's landing area (openib_put_addr, in two pieces),
- *      gets the peer's source area into its get area (openib_get_addr) and checks it byte by
+ *   2. puts its source area into the peer's landing area (openib_put_addr, then the second
+ *      piece with openib_put_addr_token and a token of its own), gets the peer's source area
+ *      into its get area (openib_get_addr_token, its own token) and checks it byte by
  *      byte when the get completes; after its puts completed it tells the peer, which checks
  *      its landing area byte by byte (and the guard bytes around the region);
  *   3. sends the source area with openib_send_mem from the registered region (zero copy above
  *      the eager limit) and checks the peer's message byte by byte;
  *   4. runs FA_N fetch-and-adds and two compare-and-swaps on the peer's counters
- *      (openib_fetch_add_addr, openib_compare_swap_addr; old values into its own registered
- *      block), checks every old value, tells the peer, which checks the final counters;
+ *      (openib_fetch_add_addr, openib_compare_swap_addr; every other one the *_token form
+ *      with a token of its own, which its completion must carry; old values into its own
+ *      registered block), checks every old value, tells the peer, which checks the final
+ *      counters;
  *   5. checks the refusals: a local address below or past its registration and a remote
  *      address outside the handle (OPENIB_ERR_RANGE, naming the side), a misaligned atomic
- *      (OPENIB_ERR_INVALID), a NULL local address (OPENIB_ERR_INVALID);
+ *      (OPENIB_ERR_INVALID), a NULL local address (OPENIB_ERR_INVALID), a token of the
+ *      *_token forms without OPENIB_CALLER_TOKEN (OPENIB_ERR_INVALID, naming the bit);
  *   6. exchanges verdicts; then rank 0 puts with a handle whose key the peer never gave (a
  *      foreign handle): the put's completion must carry an error, not OPENIB_OK.
  * It prints one summary line per rank and exits 0 only if everything matched on both ranks.
@@ -226,12 +230,12 @@ int main(void) {
 
     /* 2. put in two pieces, get in one, by address. */
     size_t half = AREA / 2;
-    uint64_t t1, t2, t3;
+    uint64_t t1, t2 = OPENIB_CALLER_TOKEN | 0x9172, t3 = OPENIB_CALLER_TOKEN | 0x9173;
     uint64_t paddr = peer_data.addr + PUT_OFF, saddr = peer_data.addr + SRC_OFF;
     if (openib_put_addr(t, peer, data + SRC_OFF, dm, paddr, &peer_data, half, &t1) != OPENIB_OK
-        || openib_put_addr(t, peer, data + SRC_OFF + half, dm, paddr + half, &peer_data,
-                           AREA - half, &t2) != OPENIB_OK
-        || openib_get_addr(t, peer, data + GET_OFF, dm, saddr, &peer_data, AREA, &t3)
+        || openib_put_addr_token(t, peer, data + SRC_OFF + half, dm, paddr + half, &peer_data,
+                                 AREA - half, t2) != OPENIB_OK
+        || openib_get_addr_token(t, peer, data + GET_OFF, dm, saddr, &peer_data, AREA, t3)
                != OPENIB_OK) {
         fail("put/get: %s", openib_last_error());
     } else {
@@ -290,18 +294,22 @@ int main(void) {
     uint64_t c0 = peer_cnt.addr, c1 = peer_cnt.addr + 8, sum = 0;
     int first = ntok;
     for (int i = 0; i < FA_N; i++) {
-        uint64_t tok;
-        if (openib_fetch_add_addr(t, peer, &cnt[2 + i], cm, c0, &peer_cnt, (uint64_t)i + 1, &tok)
-            != OPENIB_OK) {
+        uint64_t tok = OPENIB_CALLER_TOKEN | (0xfa00u + (uint64_t)i);
+        int rc = i % 2 == 0
+                     ? openib_fetch_add_addr(t, peer, &cnt[2 + i], cm, c0, &peer_cnt,
+                                             (uint64_t)i + 1, &tok)
+                     : openib_fetch_add_addr_token(t, peer, &cnt[2 + i], cm, c0, &peer_cnt,
+                                                   (uint64_t)i + 1, tok);
+        if (rc != OPENIB_OK) {
             fail("fetch_add %d: %s", i, openib_last_error());
             break;
         }
         track(tok);
     }
-    uint64_t tc1, tc2;
+    uint64_t tc1, tc2 = OPENIB_CALLER_TOKEN | 0xc52;
     if (openib_compare_swap_addr(t, peer, &cnt[2 + FA_N], cm, c1, &peer_cnt, 0, 0xabcULL, &tc1)
             != OPENIB_OK
-        || openib_compare_swap_addr(t, peer, &cnt[3 + FA_N], cm, c1, &peer_cnt, 0, 1, &tc2)
+        || openib_compare_swap_addr_token(t, peer, &cnt[3 + FA_N], cm, c1, &peer_cnt, 0, 1, tc2)
                != OPENIB_OK) {
         fail("compare_swap: %s", openib_last_error());
     } else {
@@ -349,6 +357,10 @@ int main(void) {
            OPENIB_ERR_RANGE, "local", "fetch_add result past the local registration");
     expect(openib_put_addr(t, peer, NULL, dm, paddr, &peer_data, 8, NULL), OPENIB_ERR_INVALID,
            NULL, "put from NULL");
+    expect(openib_put_addr_token(t, peer, data, dm, paddr, &peer_data, 8, 0x9174),
+           OPENIB_ERR_INVALID, "caller-token bit", "put with a token lacking the caller bit");
+    expect(openib_compare_swap_addr_token(t, peer, &cnt[2], cm, c1, &peer_cnt, 0, 1, 1),
+           OPENIB_ERR_INVALID, "caller-token bit", "compare_swap with the token 1");
 
     /* 6. verdicts, then a foreign handle (rank 0 only; it fails the connection). */
     uint8_t ok = failures == 0;

@@ -83,6 +83,35 @@ impl LocalPort {
         cqe: i32,
         caps: QpCaps,
     ) -> Result<LocalPort, openib_sys::Error> {
+        Self::open_with(ctx, port, sgid_index, cqe, caps, false)
+    }
+
+    /// [`LocalPort::open`] with one CQ of `cqe` entries for both the send and the receive
+    /// queues (`send_cq` and `recv_cq` are the same queue): one poll takes both kinds of
+    /// completion, and the caller sizes it for both.
+    pub fn open_one_cq(
+        ctx: &Context,
+        port: u8,
+        sgid_index: u32,
+        cqe: i32,
+        caps: QpCaps,
+    ) -> Result<LocalPort, openib_sys::Error> {
+        Self::open_with(ctx, port, sgid_index, cqe, caps, true)
+    }
+
+    /// Whether the send and receive queues report to one CQ ([`LocalPort::open_one_cq`]).
+    pub fn one_cq(&self) -> bool {
+        self.send_cq.same_as(&self.recv_cq)
+    }
+
+    fn open_with(
+        ctx: &Context,
+        port: u8,
+        sgid_index: u32,
+        cqe: i32,
+        caps: QpCaps,
+        one_cq: bool,
+    ) -> Result<LocalPort, openib_sys::Error> {
         let attr = ctx.query_port(port)?;
         let gid = ctx.query_gid_ex(port, sgid_index)?.ok_or_else(|| {
             openib_sys::Error::InvalidArgument {
@@ -96,7 +125,11 @@ impl LocalPort {
         let pd = ProtectionDomain::new(ctx)?;
         let channel = CompletionChannel::new(ctx)?;
         let send_cq = CompletionQueue::new(ctx, cqe, Some(&channel))?;
-        let recv_cq = CompletionQueue::new(ctx, cqe, Some(&channel))?;
+        let recv_cq = if one_cq {
+            send_cq.clone()
+        } else {
+            CompletionQueue::new(ctx, cqe, Some(&channel))?
+        };
         let caps = granted_inline(&pd, &send_cq, &recv_cq, caps);
         Ok(LocalPort {
             ctx: ctx.clone(),

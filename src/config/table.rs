@@ -332,7 +332,7 @@ pub static SETTINGS: &[Setting] = &[
             max: 4_194_304,
         },
         Some("8192"),
-        "entries of the port's send and receive completion queues (bounds the receive buffers and the send requests in flight of all endpoints together)",
+        "bounds the receive buffers and the send requests in flight of all endpoints together; the port's one completion queue has room for this many of each (2 x entries)",
     ),
     Setting::new(
         "OPENIB_SRQ",

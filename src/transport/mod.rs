@@ -199,6 +199,9 @@ pub struct Transport {
     /// The tick counter's rate, measured while the transport opened.
     tick_rate: TickRate,
     progress_calls: u32,
+    /// Whether the port's send and receive queues report to one CQ (as `Wireup` opens it):
+    /// progress then polls once.
+    one_cq: bool,
     /// Peers whose rendezvous reads wait (for the cache's bound or the send queue), kept by
     /// `drain` and `fail`; they are retried on every progress call.
     reading_peers: std::collections::BTreeSet<u32>,
@@ -409,6 +412,7 @@ impl Transport {
         let tick_rate = TickRate::between(calibration, (Instant::now(), clock::ticks()))
             .unwrap_or_else(|| TickRate::measure(Duration::from_millis(5)));
         let yield_after_ticks = tick_rate.ticks_in(cfg.yield_after);
+        let one_cq = w.port().one_cq();
         Ok(Transport {
             eps,
             sq_budget,
@@ -434,6 +438,7 @@ impl Transport {
             progress_tick: 0,
             tick_rate,
             progress_calls: 0,
+            one_cq,
             reading_peers: Default::default(),
             touched: Vec::new(),
             repost_peers: Vec::new(),

@@ -281,15 +281,18 @@ impl Transport {
             let lp = self.w.port();
             lp.recv_cq.poll(&mut wcs, 32)?;
             let received = wcs.len();
-            // Send completions free slots and credits, nothing waits on them at once: when
-            // messages came in, the send queue waits for the next call (at most three calls),
-            // so no second poll stands between a message and its callback. With nothing in
-            // flight there is nothing to poll for but the flushes of a dropped connection,
-            // which the periodic poll collects: a waiting loop polls one queue, not two. A
-            // failed receive brings them in at once: the cause of a flush may be there.
-            if (received == 0 && self.sq_budget.signaled.load(Ordering::Relaxed) > 0)
-                || self.progress_calls % SEND_POLL_EVERY == 0
-                || wcs.iter().any(|wc| !wc.is_success())
+            // With one CQ for both (as the transport opens its port) that poll took sends'
+            // completions too. With two: send completions free slots and credits, nothing
+            // waits on them at once: when messages came in, the send queue waits for the next
+            // call (at most three calls), so no second poll stands between a message and its
+            // callback. With nothing in flight there is nothing to poll for but the flushes of
+            // a dropped connection, which the periodic poll collects: a waiting loop polls one
+            // queue, not two. A failed receive brings them in at once: the cause of a flush
+            // may be there.
+            if !self.one_cq
+                && ((received == 0 && self.sq_budget.signaled.load(Ordering::Relaxed) > 0)
+                    || self.progress_calls % SEND_POLL_EVERY == 0
+                    || wcs.iter().any(|wc| !wc.is_success()))
             {
                 lp.send_cq.poll(&mut wcs, 32)?;
             }
@@ -378,13 +381,17 @@ impl Transport {
         }
         self.wcs = wcs;
         self.done_backlog.check(self.done.len());
-        touched.sort_unstable();
-        touched.dedup();
+        if touched.len() > 1 {
+            touched.sort_unstable();
+            touched.dedup();
+        }
         // Reads waiting for the cache's bound may start after another endpoint freed memory.
-        let sorted = touched.len();
-        for &p in &self.reading_peers {
-            if touched[..sorted].binary_search(&p).is_err() {
-                touched.push(p);
+        if !self.reading_peers.is_empty() {
+            let sorted = touched.len();
+            for &p in &self.reading_peers {
+                if touched[..sorted].binary_search(&p).is_err() {
+                    touched.push(p);
+                }
             }
         }
         // A load first: the swap (a locked instruction) only when it was hit.
@@ -446,7 +453,9 @@ impl Transport {
         }
         let lp = self.w.port();
         lp.recv_cq.req_notify(false)?;
-        lp.send_cq.req_notify(false)?;
+        if !self.one_cq {
+            lp.send_cq.req_notify(false)?;
+        }
         let channel = lp.channel.clone();
         let n = self.progress()?;
         if n > 0 || !self.reading_peers.is_empty() {

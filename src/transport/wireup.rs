@@ -437,11 +437,15 @@ impl Wireup {
             // LocalPort::open lowers it where the device grants less.
             max_inline_data: crate::transport::INLINE_WANTED,
         };
-        let mut lp = LocalPort::open(
+        // One CQ for sends and receives, so that a progress call polls once: room for
+        // `cq_depth` of each (the send budget keeps signaled sends within `cq_depth`, the
+        // receive buffers posted are checked against it when an endpoint connects).
+        let cqe = i32::try_from(u64::from(cq_depth) * 2).unwrap_or(i32::MAX);
+        let mut lp = LocalPort::open_one_cq(
             &ctx,
             port.raw.port,
             source_gid_index(port, cfg.derive.gid_index),
-            cq_depth as i32,
+            cqe,
             caps,
         )?;
         // Every CPC's queue pairs, rdmacm's too (the CM would derive its own timeout from the

@@ -150,6 +150,11 @@ impl CompletionQueue {
         Ok(n as usize)
     }
 
+    /// Whether `other` is this same queue (a clone of it).
+    pub fn same_as(&self, other: &CompletionQueue) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+
     /// Arms the CQ so its channel fires on the next completion.
     pub fn req_notify(&self, solicited_only: bool) -> Result<()> {
         // SAFETY: the provider's op, as the inline ibv_req_notify_cq calls it.

@@ -15,9 +15,10 @@
  * "size" and "members" are -1 and [] when no communicator was created.
  *
  * A process to kill kills itself with SIGKILL (no outside killer): at "start" (right after its
- * group is built, long before the others call), "before" (just before its own call), or from a
- * helper thread "during" the call (--delay-us after entering it) or "agree" (--delay-us after
- * entering MPIX_Comm_agree; without the agreement, right after the create returned).
+ * group is built, long before the others call), "before" (just before its own call), from a
+ * helper thread "during" the call (--delay-us after entering it), or "agree": right after its
+ * MPI_Comm_create_from_group returned, before MPIX_Comm_agree (so it never takes part in the
+ * agreement the others are in; a timed death inside an agreement of ~100 us mostly misses).
  *
  * The cases (np >= 4; B = world rank 1, C = 2, the "last" = np - 1; "world" = every rank):
  *   ok      everybody passes the world; nobody dies (the failure-free time)
@@ -25,7 +26,8 @@
  *           already dead in the group passed)
  *   2       ranks 0 and 1 pass {0,1}; the others pass the world (different groups)
  *   3       the world; the last dies --delay-us into the call (a death during the call)
- *   3agree  the world; the last dies --delay-us into MPIX_Comm_agree (during the agreement)
+ *   3agree  the world; the last dies between the call and MPIX_Comm_agree (during the
+ *           agreement that ends the operation)
  *   4       the world; the last dies just before its call, the others call at once (a death
  *           before the call discovered during it)
  *   5a      B dies at start; after --wait-ms rank 0 passes the world (A's group has B, dead),
@@ -37,7 +39,10 @@
  *
  * Every blocking step has a bound: alarm(--timeout) before it; a process still inside when it
  * fires prints `ANCHOR_GROUP_TIMEOUT {"rank", "case", "phase", "seconds"}` and exits 3 (after a
- * result line, the phase "finalize" says the result was printed and only the teardown hung).
+ * result line, the phase "finalize" says the result was printed and only the teardown hung),
+ * 2 s later (a grace, so that the others stuck too can say so before mpirun ends the job).
+ * Every process first prints `ANCHOR_GROUP_START {"rank", "pid"}` (so that a crash Open MPI
+ * reports by pid can be put on a rank).
  *
  * usage: mpi_group_create --case CASE [--delay-us N] [--wait-ms N] [--timeout S] [--tag T]
  *                         [--no-agree]
@@ -72,7 +77,7 @@ static const char *phase_names[] = {"init", "create", "agree", "finalize"};
 static char watchdog_rank[16] = "-1";
 static const char *watchdog_case = "?";
 static unsigned timeout_s = 30;
-static long delay_us = 1000;
+static long delay_us = 100;
 
 static void on_alarm(int sig) {
     (void)sig;
@@ -83,6 +88,10 @@ static void on_alarm(int sig) {
                      watchdog_rank, watchdog_case, phase_names[watchdog_phase], timeout_s);
     if (n > 0)
         (void)!write(STDOUT_FILENO, buf, (size_t)n);
+    /* A grace before exiting: the first exit makes mpirun end the job, and the other stuck
+     * processes' watchdogs (armed within moments of this one) should get to say so first. */
+    struct timespec grace = {2, 0};
+    nanosleep(&grace, NULL);
     _exit(3);
 }
 
@@ -254,6 +263,8 @@ int main(int argc, char **argv) {
     MPI_Group_rank(world, &rank);
     MPI_Group_size(world, &np);
     snprintf(watchdog_rank, sizeof watchdog_rank, "%d", rank);
+    printf("ANCHOR_GROUP_START {\"rank\": %d, \"pid\": %ld}\n", rank, (long)getpid());
+    fflush(stdout);
     if (np < 4) {
         fprintf(stderr, "mpi_group_create: needs at least 4 processes, has %d\n", np);
         return 2;
@@ -318,14 +329,12 @@ int main(int argc, char **argv) {
     double agree_us = 0;
     MPI_Group failed = MPI_GROUP_NULL;
     int have_failed = 0;
-    if (me_dies && at == DIE_AGREE && !(agree && comm != MPI_COMM_NULL))
+    if (me_dies && at == DIE_AGREE)
         die_now();
 #if HAVE_ULFM
     if (agree && comm != MPI_COMM_NULL) {
         arm(2);
         flag = 1;
-        if (me_dies && at == DIE_AGREE)
-            start_killer();
         t0 = now_us();
         arc = MPIX_Comm_agree(comm, &flag);
         agree_us = now_us() - t0;

@@ -226,3 +226,153 @@ fn the_deadline_gives_up_naming_who_is_missing() {
         }]
     );
 }
+
+/// A message of fence epoch 1 with the sender's view `failed`.
+fn msg(failed: &[u32], body: Body) -> ResMsg {
+    ResMsg {
+        epoch: 1,
+        view: View {
+            hash: view_hash(failed),
+            failed: Arc::new(failed.to_vec()),
+        },
+        body,
+    }
+}
+
+/// The simulator's contributions of `ranks` (one entry each, distinct per rank).
+fn data_of(ranks: &[u32]) -> Gathered {
+    ranks
+        .iter()
+        .map(|&r| (r, crate::sim::contribution(r)))
+        .collect()
+}
+
+fn decision(failed: &[u32], ranks: &[u32]) -> Decision {
+    Decision {
+        failed: Arc::new(failed.to_vec()),
+        data: Arc::new(data_of(ranks)),
+    }
+}
+
+/// The proposals `outs` sends, as (to, ballot, value).
+fn proposals(outs: &[ResOut]) -> Vec<(u32, Ballot, Decision)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            ResOut::Send {
+                to,
+                msg:
+                    ResMsg {
+                        body: Body::Propose { ballot, value },
+                        ..
+                    },
+            } => Some((*to, *ballot, value.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rank 10 becomes root of 0, 10, ..., 70 once 0 is dead; 0's children 20 and 40 hang below it.
+fn new_root(own_ack: Option<Decision>) -> ResilientFence {
+    let members: Vec<u32> = (0..8).map(|i| i * 10).collect();
+    let (mut m, outs) =
+        ResilientFence::start(10, 1, &members, &[], data_of(&[10])[&10].clone(), None);
+    // A leaf: it reports to root 0 at once.
+    assert!(
+        matches!(&outs[..], [ResOut::Send { to: 0, msg }] if msg.kind() == "up"),
+        "{outs:?}"
+    );
+    if let Some(value) = own_ack {
+        // Root 0's proposal reaches 10: it acknowledges at once.
+        let outs = m.handle(ResIn::Msg {
+            from: 0,
+            msg: msg(
+                &[],
+                Body::Propose {
+                    ballot: (0, 0),
+                    value,
+                },
+            ),
+        });
+        assert!(
+            matches!(&outs[..], [ResOut::Send { to: 0, msg }] if msg.kind() == "ack"),
+            "{outs:?}"
+        );
+    }
+    assert!(m.handle(ResIn::PeerGone { rank: 0 }).is_empty());
+    assert_eq!(m.eff_parent(), None);
+    assert_eq!(m.eff_children(), vec![20, 40]);
+    m
+}
+
+fn report(m: &mut ResilientFence, from: u32, acked: Option<(Ballot, Decision)>) -> Vec<ResOut> {
+    let sub: &[u32] = if from == 20 {
+        &[20, 30]
+    } else {
+        &[40, 50, 60, 70]
+    };
+    m.handle(ResIn::Msg {
+        from,
+        msg: msg(
+            &[0],
+            Body::Up {
+                root: 10,
+                data: data_of(sub),
+                acked,
+            },
+        ),
+    })
+}
+
+/// The Paxos rule of phase 2: a new root re-proposes, unchanged, the highest proposal that it
+/// or any member reporting to it acknowledged (it may be decided somewhere already), and
+/// proposes afresh only when nobody acknowledged one. Deleting the reporters' part of the rule
+/// (`note_acked` of an `Up`'s `acked`) passed every other test.
+#[test]
+fn a_new_root_re_proposes_the_highest_acknowledged_proposal_unchanged() {
+    // (0, 0): everyone alive, root 0's first value; (0, 1): root 0 learned that 30 died.
+    let first = decision(&[], &[0, 10, 20, 30, 40, 50, 60, 70]);
+    let second = decision(&[30], &[0, 10, 20, 40, 50, 60, 70]);
+    let fresh = decision(&[0], &[10, 20, 30, 40, 50, 60, 70]);
+    let cases = [
+        // Nobody acknowledged anything: a fresh value from the new root's view.
+        (None, None, None, fresh.clone()),
+        // Only a reporter did (10 never got root 0's proposal).
+        (None, Some(((0, 0), first.clone())), None, first.clone()),
+        (None, None, Some(((0, 1), second.clone())), second.clone()),
+        // The root's own acknowledgement is lower than a reporter's: the highest wins.
+        (
+            Some(first.clone()),
+            Some(((0, 1), second.clone())),
+            None,
+            second.clone(),
+        ),
+        // Two reporters, the higher one second and first.
+        (
+            None,
+            Some(((0, 0), first.clone())),
+            Some(((0, 1), second.clone())),
+            second.clone(),
+        ),
+        (
+            None,
+            Some(((0, 1), second.clone())),
+            Some(((0, 0), first.clone())),
+            second.clone(),
+        ),
+        // The root's own is the highest.
+        (Some(first.clone()), None, None, first.clone()),
+    ];
+    for (i, (own, from20, from40, want)) in cases.into_iter().enumerate() {
+        let mut m = new_root(own);
+        assert!(
+            proposals(&report(&mut m, 20, from20)).is_empty(),
+            "case {i}"
+        );
+        let outs = report(&mut m, 40, from40);
+        assert_eq!(
+            proposals(&outs),
+            vec![(20, (10, 0), want.clone()), (40, (10, 0), want.clone())],
+            "case {i}"
+        );
+    }
+}

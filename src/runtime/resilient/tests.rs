@@ -577,3 +577,20 @@ fn a_re_proposed_value_is_committed_unchanged_despite_new_failures() {
     assert_eq!(m.decision(), Some(&first));
     assert_eq!(sends(&outs), vec![(20, "commit"), (40, "commit")]);
 }
+
+/// Only other members can be dead: a notice or a view naming this member or a non-member
+/// changes nothing (the detector is accurate; a confused peer must not make me drop myself).
+#[test]
+fn a_view_naming_me_or_a_stranger_is_ignored() {
+    let mut m = machine(20, 8, &[]);
+    assert!(m.handle(ResIn::PeerGone { rank: 20 }).is_empty());
+    assert!(m.handle(ResIn::PeerGone { rank: 25 }).is_empty());
+    assert!(from(&mut m, 10, &[20, 25], Body::Nudge).is_empty());
+    assert_eq!(m.known_failed(), &[] as &[u32]);
+    assert_eq!((m.eff_parent(), m.eff_children()), (Some(0), vec![30]));
+    // A real death is taken, once: 20, now a leaf, reports.
+    let outs = m.handle(ResIn::PeerGone { rank: 30 });
+    assert_eq!(sends(&outs), vec![(0, "up")]);
+    assert!(from(&mut m, 10, &[20, 30], Body::Nudge).is_empty());
+    assert_eq!(m.known_failed(), &[30]);
+}

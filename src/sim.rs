@@ -483,6 +483,39 @@ mod tests {
         }
     }
 
+    /// The root dies right after deciding, and every member that gets its commit dies on it
+    /// (but the last): the decision lives only among the dead, and the survivors (new roots,
+    /// one after another) must re-propose it unchanged, or uniform agreement breaks.
+    #[test]
+    fn a_decision_held_only_by_the_dead_is_re_proposed_unchanged() {
+        let mut dead_deciders = 0;
+        for p in [3u32, 4, 8, 16] {
+            for seed in 0..8 {
+                let mut failures = vec![(0, When::AfterDecide(seed % 2))];
+                failures.extend((1..p - 1).map(|r| (r, When::OnFirst("commit"))));
+                let c = SimConfig {
+                    procs: p,
+                    failures,
+                    seed,
+                    max_detect_delay: seed % 3,
+                    max_rounds: 1000,
+                };
+                let r = run(&c);
+                assert!(r.agreed, "{r:?}");
+                assert!(r.decided_then_died.contains(&0), "{r:?}");
+                dead_deciders += r.decided_then_died.len();
+                // Everyone acknowledged the root's value before it decided: the dead that
+                // decided are not named failed by this fence.
+                assert!(
+                    r.decided_then_died.iter().all(|d| !r.failed.contains(d)),
+                    "{r:?}"
+                );
+            }
+        }
+        // Not only the root: members that got a commit decided and died too.
+        assert!(dead_deciders > 32, "{dead_deciders}");
+    }
+
     #[test]
     fn a_lone_process_agrees_at_once() {
         let r = run(&SimConfig::random(1, 0, 1));

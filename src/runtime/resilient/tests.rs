@@ -226,3 +226,371 @@ fn the_deadline_gives_up_naming_who_is_missing() {
         }]
     );
 }
+
+/// A message of fence epoch 1 with the sender's view `failed`.
+fn msg(failed: &[u32], body: Body) -> ResMsg {
+    ResMsg {
+        epoch: 1,
+        view: View {
+            hash: view_hash(failed),
+            failed: Arc::new(failed.to_vec()),
+        },
+        body,
+    }
+}
+
+/// The simulator's contributions of `ranks` (one entry each, distinct per rank).
+fn data_of(ranks: &[u32]) -> Gathered {
+    ranks
+        .iter()
+        .map(|&r| (r, crate::sim::contribution(r)))
+        .collect()
+}
+
+fn decision(failed: &[u32], ranks: &[u32]) -> Decision {
+    Decision {
+        failed: Arc::new(failed.to_vec()),
+        data: Arc::new(data_of(ranks)),
+    }
+}
+
+/// The proposals `outs` sends, as (to, ballot, value).
+fn proposals(outs: &[ResOut]) -> Vec<(u32, Ballot, Decision)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            ResOut::Send {
+                to,
+                msg:
+                    ResMsg {
+                        body: Body::Propose { ballot, value },
+                        ..
+                    },
+            } => Some((*to, *ballot, value.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Rank 10 becomes root of 0, 10, ..., 70 once 0 is dead; 0's children 20 and 40 hang below it.
+fn new_root(own_ack: Option<Decision>) -> ResilientFence {
+    let members: Vec<u32> = (0..8).map(|i| i * 10).collect();
+    let (mut m, outs) =
+        ResilientFence::start(10, 1, &members, &[], crate::sim::contribution(10), None);
+    // A leaf: it reports to root 0 at once.
+    assert!(
+        matches!(&outs[..], [ResOut::Send { to: 0, msg }] if msg.kind() == "up"),
+        "{outs:?}"
+    );
+    if let Some(value) = own_ack {
+        // Root 0's proposal reaches 10: it acknowledges at once.
+        let outs = m.handle(ResIn::Msg {
+            from: 0,
+            msg: msg(
+                &[],
+                Body::Propose {
+                    ballot: (0, 0),
+                    value,
+                },
+            ),
+        });
+        assert!(
+            matches!(&outs[..], [ResOut::Send { to: 0, msg }] if msg.kind() == "ack"),
+            "{outs:?}"
+        );
+    }
+    assert!(m.handle(ResIn::PeerGone { rank: 0 }).is_empty());
+    assert_eq!(m.eff_parent(), None);
+    assert_eq!(m.eff_children(), vec![20, 40]);
+    m
+}
+
+fn report(m: &mut ResilientFence, from: u32, acked: Option<(Ballot, Decision)>) -> Vec<ResOut> {
+    let sub: &[u32] = if from == 20 {
+        &[20, 30]
+    } else {
+        &[40, 50, 60, 70]
+    };
+    m.handle(ResIn::Msg {
+        from,
+        msg: msg(
+            &[0],
+            Body::Up {
+                root: 10,
+                data: data_of(sub),
+                acked,
+            },
+        ),
+    })
+}
+
+/// The Paxos rule of phase 2: a new root re-proposes, unchanged, the highest proposal that it
+/// or any member reporting to it acknowledged (it may be decided somewhere already), and
+/// proposes afresh only when nobody acknowledged one. Deleting the reporters' part of the rule
+/// (`note_acked` of an `Up`'s `acked`) passed every other test.
+#[test]
+fn a_new_root_re_proposes_the_highest_acknowledged_proposal_unchanged() {
+    // (0, 0): everyone alive, root 0's first value; (0, 1): root 0 learned that 30 died.
+    let first = decision(&[], &[0, 10, 20, 30, 40, 50, 60, 70]);
+    let second = decision(&[30], &[0, 10, 20, 40, 50, 60, 70]);
+    let fresh = decision(&[0], &[10, 20, 30, 40, 50, 60, 70]);
+    let cases = [
+        // Nobody acknowledged anything: a fresh value from the new root's view.
+        (None, None, None, fresh.clone()),
+        // Only a reporter did (10 never got root 0's proposal).
+        (None, Some(((0, 0), first.clone())), None, first.clone()),
+        (None, None, Some(((0, 1), second.clone())), second.clone()),
+        // The root's own acknowledgement is lower than a reporter's: the highest wins.
+        (
+            Some(first.clone()),
+            Some(((0, 1), second.clone())),
+            None,
+            second.clone(),
+        ),
+        // Two reporters, the higher one second and first.
+        (
+            None,
+            Some(((0, 0), first.clone())),
+            Some(((0, 1), second.clone())),
+            second.clone(),
+        ),
+        (
+            None,
+            Some(((0, 1), second.clone())),
+            Some(((0, 0), first.clone())),
+            second.clone(),
+        ),
+        // The root's own is the highest.
+        (Some(first.clone()), None, None, first.clone()),
+    ];
+    for (i, (own, from20, from40, want)) in cases.into_iter().enumerate() {
+        let mut m = new_root(own);
+        assert!(
+            proposals(&report(&mut m, 20, from20)).is_empty(),
+            "case {i}"
+        );
+        let outs = report(&mut m, 40, from40);
+        assert_eq!(
+            proposals(&outs),
+            vec![(20, (10, 0), want.clone()), (40, (10, 0), want.clone())],
+            "case {i}"
+        );
+    }
+}
+
+/// The sends of `outs` as (to, kind).
+fn sends(outs: &[ResOut]) -> Vec<(u32, &'static str)> {
+    outs.iter()
+        .filter_map(|o| match o {
+            ResOut::Send { to, msg } => Some((*to, msg.kind())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn from(m: &mut ResilientFence, sender: u32, failed: &[u32], body: Body) -> Vec<ResOut> {
+    m.handle(ResIn::Msg {
+        from: sender,
+        msg: msg(failed, body),
+    })
+}
+
+#[test]
+fn the_view_hash_is_fnv_1a_over_little_endian_ranks() {
+    // Computed independently (FNV-1a 64 over the ranks' 4 little-endian bytes each).
+    assert_eq!(view_hash(&[]), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(view_hash(&[0]), 0x4d25_767f_9dce_13f5);
+    assert_eq!(view_hash(&[1]), 0xad2a_ca77_4798_5764);
+    assert_eq!(view_hash(&[2, 9]), 0x4698_3a7e_9970_f5fe);
+    assert_eq!(view_hash(&[9, 2]), 0xc198_c182_2110_b9ce);
+}
+
+#[test]
+fn the_accessors_report_what_the_machine_was_started_with_and_reached() {
+    let (m, _) = ResilientFence::start(3, 7, &[5, 3, 4], &[5], Vec::new(), None);
+    assert_eq!((m.me(), m.epoch(), m.known_failed()), (3, 7, &[5][..]));
+    assert!(!m.is_finished());
+    assert_eq!(m.decision(), None);
+    let (m, _) = ResilientFence::start(3, 7, &[3], &[], crate::sim::contribution(3), None);
+    assert!(m.is_finished());
+    assert_eq!(m.decision(), Some(&decision(&[], &[3])));
+}
+
+#[test]
+fn the_deadline_fires_once_only_undecided_and_names_only_the_silent() {
+    // Root 0 of 0, 1, 2: 1 reported, 2 did not.
+    let (mut m, _) = ResilientFence::start(0, 1, &[0, 1, 2], &[], Vec::new(), Some(100));
+    let up = Body::Up {
+        root: 0,
+        data: data_of(&[1]),
+        acked: None,
+    };
+    assert!(from(&mut m, 1, &[], up).is_empty());
+    assert!(!m.is_finished());
+    assert_eq!(
+        m.handle(ResIn::Tick { now_ms: 100 }),
+        vec![ResOut::TimedOut { waiting: vec![2] }]
+    );
+    assert!(m.is_finished());
+    assert_eq!(m.decision(), None);
+    assert!(m.handle(ResIn::Tick { now_ms: 200 }).is_empty());
+    // A member waiting for its parent names the parent.
+    let (mut m, _) = ResilientFence::start(2, 1, &[0, 1, 2], &[], Vec::new(), Some(100));
+    assert_eq!(
+        m.handle(ResIn::Tick { now_ms: 100 }),
+        vec![ResOut::TimedOut { waiting: vec![0] }]
+    );
+    // Decided, a deadline means nothing.
+    let (mut m, _) = ResilientFence::start(2, 1, &[2], &[], Vec::new(), Some(100));
+    assert!(m.handle(ResIn::Tick { now_ms: 100 }).is_empty());
+    assert!(m.decision().is_some());
+}
+
+/// A `Nudge` (just the view) answers a message of a dead root, and nothing else.
+#[test]
+fn messages_of_a_dead_root_are_answered_with_a_nudge() {
+    // 0 is dead: 10 is root and 20's parent.
+    let mut m = machine(20, 8, &[0]);
+    let stale_up = Body::Up {
+        root: 0,
+        data: data_of(&[30]),
+        acked: None,
+    };
+    assert_eq!(sends(&from(&mut m, 30, &[], stale_up)), vec![(30, "nudge")]);
+    let stale_prop = Body::Propose {
+        ballot: (0, 0),
+        value: decision(&[], &[0]),
+    };
+    assert_eq!(sends(&from(&mut m, 0, &[], stale_prop)), vec![(0, "nudge")]);
+    let stale_ack = Body::Ack { ballot: (0, 0) };
+    assert_eq!(
+        sends(&from(&mut m, 30, &[], stale_ack)),
+        vec![(30, "nudge")]
+    );
+    // An ack for the live root before its proposal got here: nothing to say.
+    assert!(from(&mut m, 30, &[0], Body::Ack { ballot: (10, 0) }).is_empty());
+    // Not a stale message: a Propose of the live root is taken (and forwarded to child 30).
+    let prop = Body::Propose {
+        ballot: (10, 0),
+        value: decision(&[0], &[10, 20, 30]),
+    };
+    assert_eq!(sends(&from(&mut m, 10, &[0], prop)), vec![(30, "propose")]);
+    // With a proposal in hand, a stale ack still gets a nudge, not the proposal.
+    let stale_ack = Body::Ack { ballot: (0, 0) };
+    assert_eq!(
+        sends(&from(&mut m, 30, &[], stale_ack)),
+        vec![(30, "nudge")]
+    );
+}
+
+/// A proposal seen again (from an adopting grandparent, say) is answered with the ack when this
+/// member already acked it, and changes nothing; a newer attempt replaces it.
+#[test]
+fn a_repeated_proposal_is_answered_with_the_ack_and_a_newer_one_replaces_it() {
+    // 20's parent is 0, its child 30.
+    let mut m = machine(20, 8, &[]);
+    let value = decision(&[], &[0, 10, 20, 30, 40, 50, 60, 70]);
+    let prop = |ballot| Body::Propose {
+        ballot,
+        value: value.clone(),
+    };
+    assert_eq!(
+        sends(&from(&mut m, 0, &[], prop((0, 0)))),
+        vec![(30, "propose")]
+    );
+    // Not acked yet: a repeat is ignored.
+    assert!(from(&mut m, 10, &[], prop((0, 0))).is_empty());
+    let ack = Body::Ack { ballot: (0, 0) };
+    assert_eq!(sends(&from(&mut m, 30, &[], ack)), vec![(0, "ack")]);
+    assert_eq!(
+        sends(&from(&mut m, 10, &[], prop((0, 0)))),
+        vec![(10, "ack")]
+    );
+    // From the parent it was acked to: nothing new.
+    assert!(from(&mut m, 0, &[], prop((0, 0))).is_empty());
+    // A newer attempt: forwarded again, acked again once the child acks it.
+    assert_eq!(
+        sends(&from(&mut m, 0, &[], prop((0, 1)))),
+        vec![(30, "propose")]
+    );
+    // A late ack of the old attempt gets the current proposal.
+    let old = Body::Ack { ballot: (0, 0) };
+    assert_eq!(sends(&from(&mut m, 30, &[], old)), vec![(30, "propose")]);
+    let ack = Body::Ack { ballot: (0, 1) };
+    assert_eq!(sends(&from(&mut m, 30, &[], ack)), vec![(0, "ack")]);
+    // An older attempt arriving late is not taken.
+    assert!(from(&mut m, 0, &[], prop((0, 0))).is_empty());
+}
+
+/// Root 0 of 0, 10, 20, 30 with both reports in: it proposes (0, 0) with nobody failed.
+fn proposing_root() -> ResilientFence {
+    let mine = crate::sim::contribution(0);
+    let (mut m, _) = ResilientFence::start(0, 1, &[0, 10, 20, 30], &[], mine, None);
+    let up = |ranks: &[u32]| Body::Up {
+        root: 0,
+        data: data_of(ranks),
+        acked: None,
+    };
+    assert!(from(&mut m, 10, &[], up(&[10])).is_empty());
+    let outs = from(&mut m, 20, &[], up(&[20, 30]));
+    assert_eq!(sends(&outs), vec![(10, "propose"), (20, "propose")]);
+    m
+}
+
+/// A fresh root whose acks teach it a failure proposes again, attempt k + 1, with it; a late
+/// ack of the old attempt gets the new one; the new attempt's acks commit it.
+#[test]
+fn a_fresh_root_proposes_again_when_the_acks_teach_a_failure() {
+    let mut m = proposing_root();
+    assert!(from(&mut m, 10, &[], Body::Ack { ballot: (0, 0) }).is_empty());
+    // 30 acked to 20, then died; 20 knows it.
+    let outs = from(&mut m, 20, &[30], Body::Ack { ballot: (0, 0) });
+    let again = decision(&[30], &[0, 10, 20]);
+    assert_eq!(
+        proposals(&outs),
+        vec![(10, (0, 1), again.clone()), (20, (0, 1), again.clone())]
+    );
+    let outs = from(&mut m, 10, &[], Body::Ack { ballot: (0, 0) });
+    assert_eq!(proposals(&outs), vec![(10, (0, 1), again.clone())]);
+    assert!(from(&mut m, 10, &[30], Body::Ack { ballot: (0, 1) }).is_empty());
+    let outs = from(&mut m, 20, &[30], Body::Ack { ballot: (0, 1) });
+    assert_eq!(m.decision(), Some(&again));
+    assert_eq!(sends(&outs), vec![(10, "commit"), (20, "commit")]);
+    // Without a new failure the first attempt is committed as it is.
+    let mut m = proposing_root();
+    assert!(from(&mut m, 10, &[], Body::Ack { ballot: (0, 0) }).is_empty());
+    from(&mut m, 20, &[], Body::Ack { ballot: (0, 0) });
+    assert_eq!(m.decision(), Some(&decision(&[], &[0, 10, 20, 30])));
+}
+
+/// A root that re-proposed an acknowledged value commits it unchanged, even when the acks
+/// teach it failures the value does not name (it may be decided somewhere already).
+#[test]
+fn a_re_proposed_value_is_committed_unchanged_despite_new_failures() {
+    let first = decision(&[], &[0, 10, 20, 30, 40, 50, 60, 70]);
+    let mut m = new_root(Some(first.clone()));
+    report(&mut m, 20, None);
+    let outs = report(&mut m, 40, None);
+    assert_eq!(proposals(&outs).len(), 2);
+    assert!(from(&mut m, 20, &[0, 30], Body::Ack { ballot: (10, 0) }).is_empty());
+    let outs = from(&mut m, 40, &[0, 30], Body::Ack { ballot: (10, 0) });
+    assert_eq!(m.known_failed(), &[0, 30]);
+    assert_eq!(m.decision(), Some(&first));
+    assert_eq!(sends(&outs), vec![(20, "commit"), (40, "commit")]);
+}
+
+/// Only other members can be dead: a notice or a view naming this member or a non-member
+/// changes nothing (the detector is accurate; a confused peer must not make me drop myself).
+#[test]
+fn a_view_naming_me_or_a_stranger_is_ignored() {
+    let mut m = machine(20, 8, &[]);
+    assert!(m.handle(ResIn::PeerGone { rank: 20 }).is_empty());
+    assert!(m.handle(ResIn::PeerGone { rank: 25 }).is_empty());
+    assert!(from(&mut m, 10, &[20, 25], Body::Nudge).is_empty());
+    assert_eq!(m.known_failed(), &[] as &[u32]);
+    assert_eq!((m.eff_parent(), m.eff_children()), (Some(0), vec![30]));
+    // A real death is taken, once: 20, now a leaf, reports.
+    let outs = m.handle(ResIn::PeerGone { rank: 30 });
+    assert_eq!(sends(&outs), vec![(0, "up")]);
+    assert!(from(&mut m, 10, &[20, 30], Body::Nudge).is_empty());
+    assert_eq!(m.known_failed(), &[30]);
+}

@@ -45,8 +45,10 @@ pub struct SimConfig {
     pub seed: u64,
     /// Extra delivery delay per message: 0 to this many time units.
     pub max_delay: u64,
-    /// Detection takes 1 to 1 + this many time units.
+    /// Detection takes 1 + `min_detect_delay` to 1 + this many time units (a death before the
+    /// call: `min_detect_delay` to this many, known at the start when 0).
     pub max_detect_delay: u64,
+    pub min_detect_delay: u64,
     /// Give up after this time (the run then fails termination).
     pub max_time: u64,
 }
@@ -61,8 +63,23 @@ impl SimConfig {
             seed,
             max_delay: 0,
             max_detect_delay: 3,
+            min_detect_delay: 0,
             max_time: 1_000_000,
         }
+    }
+
+    /// `p` processes passing `groups` (rank -> its group; a rank not listed passes every rank),
+    /// with these failures, unit delays.
+    pub fn with_groups(p: u32, groups: &[(u32, &[u32])], failures: Vec<(u32, When)>) -> SimConfig {
+        let mut c = SimConfig::same_groups(p, 1);
+        for &(r, g) in groups {
+            let mut g = g.to_vec();
+            g.sort_unstable();
+            g.dedup();
+            c.groups[r as usize] = Arc::new(g);
+        }
+        c.failures = failures;
+        c
     }
 
     /// A random case: `p` processes; most pass one base group (every rank, or all but a few),
@@ -130,6 +147,7 @@ impl SimConfig {
             seed,
             max_delay: rng.below(4),
             max_detect_delay: rng.below(6),
+            min_detect_delay: 0,
             max_time: 1_000_000,
         }
     }
@@ -228,7 +246,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     for &r in &before {
         for obs in 0..p {
             if procs[obs as usize].alive {
-                let d = rng.below(cfg.max_detect_delay + 1);
+                let d = detect_delay(&mut rng, cfg);
                 if d == 0 {
                     known_at_start[obs as usize].push(r);
                 } else {
@@ -400,7 +418,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
             dead.insert(r);
             for obs in 0..p {
                 if obs != r && procs[obs as usize].alive {
-                    let d = rng.below(cfg.max_detect_delay + 1);
+                    let d = detect_delay(&mut rng, cfg);
                     events
                         .entry(t + 1 + d)
                         .or_default()
@@ -481,6 +499,41 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     }
 }
 
+/// Judges decided `values` (by rank) of a run of `cfg` in which `dead` died (the dead that
+/// hold a value decided and then died): the checks of [`run`]'s judge, for tests of the judge.
+pub fn judge_values(cfg: &SimConfig, values: &[Option<Value>], dead: &[u32]) -> Vec<String> {
+    let p = cfg.groups.len() as u32;
+    let survivors: Vec<u32> = (0..p).filter(|r| !dead.contains(r)).collect();
+    let decided_then_died: Vec<u32> = dead
+        .iter()
+        .copied()
+        .filter(|r| values[*r as usize].is_some())
+        .collect();
+    let before: BTreeSet<u32> = cfg
+        .failures
+        .iter()
+        .filter(|f| f.1 == When::Before)
+        .map(|f| f.0)
+        .collect();
+    let callers: BTreeSet<u32> = (0..p).filter(|r| !before.contains(r)).collect();
+    let mut problems = Vec::new();
+    judge(
+        cfg,
+        values,
+        &survivors,
+        &decided_then_died,
+        &dead.iter().copied().collect(),
+        &callers,
+        &mut problems,
+    );
+    problems
+}
+
+fn detect_delay(rng: &mut Rng, cfg: &SimConfig) -> u64 {
+    let lo = cfg.min_detect_delay.min(cfg.max_detect_delay);
+    lo + rng.below(cfg.max_detect_delay - lo + 1)
+}
+
 fn has(v: &[u32], r: u32) -> bool {
     v.binary_search(&r).is_ok()
 }
@@ -552,7 +605,8 @@ fn judge(
             }
         }
     }
-    // Validity.
+    // Validity. Groups are checked once per distinct list (the simulator shares them).
+    let same = |a: &Arc<Vec<u32>>, b: &Arc<Vec<u32>>| Arc::ptr_eq(a, b) || a == b;
     for (v, holders) in &distinct {
         let u = &v.view.members;
         let n = v.group();
@@ -561,27 +615,53 @@ fn judge(
                 problems.push(format!("live rank {d} agreed dead"));
             }
         }
+        let mut checked: Vec<Arc<Vec<u32>>> = Vec::new();
+        let mut check_group = |k: u32, what: &str, problems: &mut Vec<String>| {
+            let gk = &cfg.groups[k as usize];
+            if checked.iter().any(|c| same(c, gk)) {
+                return;
+            }
+            let mut bad = false;
+            if n.iter().any(|&x| !has(gk, x)) {
+                problems.push(format!(
+                    "new group {n:?} not within {what} {k}'s group {gk:?}"
+                ));
+                bad = true;
+            }
+            if gk.iter().any(|&x| !has(u, x)) {
+                problems.push(format!("{what} {k}'s group not within the participants"));
+                bad = true;
+            }
+            if !bad {
+                checked.push(gk.clone());
+            }
+        };
         for &k in &n {
             if !callers.contains(&k) {
                 problems.push(format!("rank {k} in the new group never called"));
                 continue;
             }
-            if n.iter().any(|&x| !has(g(k), x)) {
-                problems.push(format!("new group {n:?} not within member {k}'s group"));
-            }
-            if g(k).iter().any(|&x| !has(u, x)) {
-                problems.push(format!("member {k}'s group not within the participants"));
-            }
+            check_group(k, "member", problems);
         }
-        let part_callers: Vec<u32> = u.iter().copied().filter(|r| callers.contains(r)).collect();
         for &k in u.iter().filter(|&&k| alive(k)) {
-            if n.iter().any(|&x| !has(g(k), x)) {
-                problems.push(format!(
-                    "new group {n:?} not within surviving participant {k}'s group {:?}",
-                    g(k)
-                ));
+            check_group(k, "surviving participant", problems);
+        }
+        // Every surviving participant in every calling participant's group is in N.
+        let mut inter: Option<Vec<u32>> = None;
+        let mut seen: Vec<Arc<Vec<u32>>> = Vec::new();
+        for &c in u.iter().filter(|r| callers.contains(r)) {
+            let gc = &cfg.groups[c as usize];
+            if seen.iter().any(|x| same(x, gc)) {
+                continue;
             }
-            if !has(&n, k) && part_callers.iter().all(|&c| has(g(c), k)) {
+            seen.push(gc.clone());
+            inter = Some(match inter {
+                None => gc.to_vec(),
+                Some(i) => i.into_iter().filter(|x| has(gc, *x)).collect(),
+            });
+        }
+        for &k in inter.unwrap_or_default().iter() {
+            if alive(k) && has(u, k) && !has(&n, k) {
                 problems.push(format!(
                     "surviving participant {k} is in every participant's group but left out of {n:?}"
                 ));

@@ -68,11 +68,11 @@ pub enum GcOut {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Decision {
     /// The new group, ascending (this process is in it).
-    pub group: Vec<u32>,
+    pub group: Arc<Vec<u32>>,
     /// The participants agreed dead, ascending.
-    pub failed: Vec<u32>,
+    pub failed: Arc<Vec<u32>>,
     /// Every participant (the union of the groups that took part), ascending.
-    pub participants: Vec<u32>,
+    pub participants: Arc<Vec<u32>>,
 }
 
 /// Why this process has no place in the new group (or no outcome).
@@ -112,9 +112,9 @@ pub fn outcome_for(rank: u32, value: &Value) -> Result<Decision, GroupCreateErro
         return Err(GroupCreateError::ExcludedBy { rank, by });
     }
     Ok(Decision {
-        group: value.group(),
-        failed: value.failed.to_vec(),
-        participants: v.members.to_vec(),
+        group: value.group().clone(),
+        failed: value.failed.clone(),
+        participants: v.members.clone(),
     })
 }
 
@@ -194,15 +194,32 @@ impl GroupCreate {
         known_failed: &[u32],
         deadline_ms: Option<u64>,
     ) -> Result<(GroupCreate, Vec<GcOut>), GroupCreateError> {
-        debug_assert!(members.windows(2).all(|w| w[0] < w[1]));
-        if members.binary_search(&me).is_err() {
+        Self::start_view(
+            me,
+            tag,
+            Self::initial_view(members),
+            known_failed,
+            deadline_ms,
+        )
+    }
+
+    /// The view a process starts with: U = I = its group (ascending, no duplicates).
+    pub fn initial_view(members: Arc<Vec<u32>>) -> View {
+        View::new(members.clone(), members, Arc::new(Vec::new()))
+    }
+
+    /// As [`Self::start_shared`], from [`Self::initial_view`] of the group (built once for
+    /// many processes passing the same group).
+    pub fn start_view(
+        me: u32,
+        tag: u64,
+        view: View,
+        known_failed: &[u32],
+        deadline_ms: Option<u64>,
+    ) -> Result<(GroupCreate, Vec<GcOut>), GroupCreateError> {
+        if view.members.binary_search(&me).is_err() || view.common != view.members {
             return Err(GroupCreateError::NotInOwnGroup { rank: me });
         }
-        let view = View {
-            members: members.clone(),
-            common: members,
-            excluded_by: Arc::new(Vec::new()),
-        };
         let vhash = view.hash();
         let mut m = GroupCreate {
             me,
@@ -384,11 +401,7 @@ impl GroupCreate {
     }
 
     fn current_value(&self) -> Value {
-        Value {
-            view: self.view.clone(),
-            failed: self.failed_in_view(),
-            root: self.me,
-        }
+        Value::new(self.view.clone(), self.failed_in_view(), self.me)
     }
 
     fn merge_dead(&mut self, ranks: impl Iterator<Item = u32>) {
@@ -439,19 +452,19 @@ impl GroupCreate {
             let by = cands.into_iter().flatten().min().unwrap_or(owner);
             excluded_by.push((x, by));
         }
-        let view = View {
-            members: if members.len() == mine.members.len() {
+        let view = View::new(
+            if members.len() == mine.members.len() {
                 mine.members.clone()
             } else {
                 Arc::new(members)
             },
-            common: if common.len() == mine.common.len() {
+            if common.len() == mine.common.len() {
                 mine.common.clone()
             } else {
                 Arc::new(common)
             },
-            excluded_by: Arc::new(excluded_by),
-        };
+            Arc::new(excluded_by),
+        );
         self.vhash = view.hash();
         self.view = view;
     }
@@ -611,10 +624,17 @@ impl GroupCreate {
                 out.push(GcOut::Decided(outcome_for(self.me, &value)));
                 // Processes outside the decision's participants that I know of may be
                 // waiting for me: they get the decision.
+                let same_members = Arc::ptr_eq(&self.view.members, &value.view.members)
+                    || *self.view.members == *value.view.members;
+                let mine: &[u32] = if same_members {
+                    &[]
+                } else {
+                    &self.view.members
+                };
                 let outside: Vec<u32> = self
                     .contacts
                     .iter()
-                    .chain(self.view.members.iter())
+                    .chain(mine.iter())
                     .copied()
                     .filter(|r| {
                         *r != self.me

@@ -2,7 +2,7 @@
 
 use super::sim::{run, SimConfig, SimReport, When};
 use super::wire::*;
-use super::{GroupCreateError, Value};
+use super::{GroupCreateError, Value, View};
 use crate::runtime::wire::WireError;
 
 fn check(r: &SimReport, what: &str) {
@@ -51,7 +51,7 @@ fn env_u64(name: &str) -> Option<u64> {
 
 fn ok_group(r: &SimReport, rank: u32) -> Vec<u32> {
     match r.outcome(rank) {
-        Some(Ok(d)) => d.group.clone(),
+        Some(Ok(d)) => d.group.to_vec(),
         other => panic!("rank {rank}: {other:?}; seed {}: {:?}", r.seed, r.problems),
     }
 }
@@ -375,10 +375,13 @@ fn the_judge_catches_wrong_outcomes() {
     let r = run(&SimConfig::same_groups(4, 1));
     check(&r, "baseline");
     let mut forged = r.values.clone();
-    let mut v = forged[2].clone().unwrap();
-    v.view.common = std::sync::Arc::new(vec![0, 1, 2]);
-    v.view.excluded_by = std::sync::Arc::new(vec![(3, 2)]);
-    forged[2] = Some(v);
+    let v = forged[2].clone().unwrap();
+    let view = View::new(
+        v.view.members.clone(),
+        std::sync::Arc::new(vec![0, 1, 2]),
+        std::sync::Arc::new(vec![(3, 2)]),
+    );
+    forged[2] = Some(Value::new(view, v.failed.clone(), v.root));
     let problems = super::sim::judge_values(&SimConfig::same_groups(4, 1), &forged, &[]);
     assert!(
         problems.iter().any(|p| p.contains("disagreement")),

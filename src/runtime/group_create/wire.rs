@@ -19,12 +19,29 @@ pub struct View {
     pub common: Arc<Vec<u32>>,
     /// `(x, k)` for every `x` in U \ I (ascending `x`): `x` is not in `k`'s group.
     pub excluded_by: Arc<Vec<(u32, u32)>>,
+    /// [`view_key`] of `members` and `common`, computed once.
+    hash: u64,
 }
 
 impl View {
+    /// A view of these lists (ascending; `excluded_by` covers exactly U \ I).
+    pub fn new(
+        members: Arc<Vec<u32>>,
+        common: Arc<Vec<u32>>,
+        excluded_by: Arc<Vec<(u32, u32)>>,
+    ) -> View {
+        let hash = view_key(&members, &common);
+        View {
+            members,
+            common,
+            excluded_by,
+            hash,
+        }
+    }
+
     /// The 8 bytes two processes compare: a hash of U and I (FNV-1a, see [`group_hash`]).
     pub fn hash(&self) -> u64 {
-        view_key(&self.members, &self.common)
+        self.hash
     }
 }
 
@@ -49,17 +66,34 @@ pub struct Value {
     /// Dead participants, ascending.
     pub failed: Arc<Vec<u32>>,
     pub root: u32,
+    /// I minus `failed`, computed once.
+    group: Arc<Vec<u32>>,
 }
 
 impl Value {
+    pub fn new(view: View, failed: Arc<Vec<u32>>, root: u32) -> Value {
+        let group = if failed.iter().all(|r| view.common.binary_search(r).is_err()) {
+            view.common.clone()
+        } else {
+            Arc::new(
+                view.common
+                    .iter()
+                    .copied()
+                    .filter(|r| failed.binary_search(r).is_err())
+                    .collect(),
+            )
+        };
+        Value {
+            view,
+            failed,
+            root,
+            group,
+        }
+    }
+
     /// The new group: I minus the dead, ascending.
-    pub fn group(&self) -> Vec<u32> {
-        self.view
-            .common
-            .iter()
-            .copied()
-            .filter(|r| self.failed.binary_search(r).is_err())
-            .collect()
+    pub fn group(&self) -> &Arc<Vec<u32>> {
+        &self.group
     }
 }
 
@@ -345,37 +379,29 @@ fn get_view(d: &mut Dec<'_>) -> Result<View, WireError> {
             offset: at,
         });
     }
-    Ok(View {
-        members: Arc::new(members),
-        common: Arc::new(common),
-        excluded_by: Arc::new(excluded_by),
-    })
+    Ok(View::new(
+        Arc::new(members),
+        Arc::new(common),
+        Arc::new(excluded_by),
+    ))
 }
 
 fn get_value(d: &mut Dec<'_>) -> Result<Value, WireError> {
     let view = get_view(d)?;
     let failed = get_ranks(d, "failed rank")?;
     let root = d.u32("value root")?;
-    Ok(Value {
-        view,
-        failed: Arc::new(failed),
-        root,
-    })
+    Ok(Value::new(view, Arc::new(failed), root))
 }
 
 /// One message of every body kind (unit tests and fuzz seeds).
 #[cfg(any(test, feature = "wire-oracle"))]
 pub fn example_messages() -> Vec<GcMsg> {
-    let view = View {
-        members: Arc::new(vec![0, 1, 2, 5]),
-        common: Arc::new(vec![0, 2]),
-        excluded_by: Arc::new(vec![(1, 5), (5, 0)]),
-    };
-    let value = Value {
-        view: view.clone(),
-        failed: Arc::new(vec![2]),
-        root: 0,
-    };
+    let view = View::new(
+        Arc::new(vec![0, 1, 2, 5]),
+        Arc::new(vec![0, 2]),
+        Arc::new(vec![(1, 5), (5, 0)]),
+    );
+    let value = Value::new(view.clone(), Arc::new(vec![2]), 0);
     let bodies = vec![
         Body::Hello,
         Body::Up {

@@ -392,3 +392,53 @@ fn the_judge_catches_wrong_outcomes() {
         "{problems:?}"
     );
 }
+
+/// Steps and messages against p, failure-free and with 1, 2 and 4 failures (victims at random
+/// times in the tree or the agreement, or on their first proposal; 3 seeds each, the worst
+/// steps and the mean messages). A measurement, not a pass/fail bound beyond the judge:
+/// `OPENIB_SIM_MAXP=65536 cargo test -p openib --lib group_create::tests::measure -- --ignored
+/// --nocapture`.
+#[test]
+#[ignore]
+fn measure() {
+    let max_p = env_u64("OPENIB_SIM_MAXP").unwrap_or(4096) as u32;
+    println!("| p | failures | steps (max) | bound 2*ceil(log2 p)+2 | messages (mean) | per process |");
+    println!("|---|---|---|---|---|---|");
+    let mut p = 16u32;
+    while p <= max_p {
+        for f in [0u32, 1, 2, 4] {
+            let (mut steps, mut msgs, mut runs) = (0u64, 0u64, 0u64);
+            for seed in 0..if f == 0 { 1 } else { 3 } {
+                let mut c = SimConfig::same_groups(p, seed);
+                let mut rng = crate::sim::Rng::new(seed ^ u64::from(p) << 8 ^ u64::from(f));
+                let depth = log2_ceil(p);
+                let mut victims = std::collections::BTreeSet::new();
+                while (victims.len() as u32) < f {
+                    victims.insert(rng.below(u64::from(p)) as u32);
+                }
+                c.failures = victims
+                    .into_iter()
+                    .map(|v| {
+                        let w = match rng.below(3) {
+                            0 => When::OnFirst("propose"),
+                            _ => When::At(rng.below(2 * depth + 2)),
+                        };
+                        (v, w)
+                    })
+                    .collect();
+                let r = run(&c);
+                check(&r, &format!("measure p={p} f={f}"));
+                steps = steps.max(r.steps);
+                msgs += r.messages;
+                runs += 1;
+            }
+            let mean = msgs / runs;
+            println!(
+                "| {p} | {f} | {steps} | {} | {mean} | {:.2} |",
+                2 * log2_ceil(p) + 2,
+                mean as f64 / f64::from(p)
+            );
+        }
+        p *= 4;
+    }
+}

@@ -111,7 +111,8 @@ fn wire_rejects_bad_tags_flags_views_and_order() {
             out.extend_from_slice(&x.to_le_bytes());
         }
     };
-    let cases: [(&[u32], &[u32], &[(u32, u32)], &str); 4] = [
+    type Case<'a> = (&'a [u32], &'a [u32], &'a [(u32, u32)], &'a str);
+    let cases: [Case; 4] = [
         (&[2, 1], &[2, 1], &[], "member"),
         (
             &[1, 2],

@@ -628,3 +628,35 @@ fn measure() {
         p *= 4;
     }
 }
+
+/// Uniform agreement when everyone that had the decision dies: the root and the lowest ranks
+/// (who receive its commit first) die right after deciding, the root's commits half sent.
+/// The survivors must decide what the dead decided: a new root re-proposes the highest
+/// accepted proposal. Removing that rule (proposing its own view instead) fails this test.
+#[test]
+fn processes_that_die_right_after_deciding_decided_the_same() {
+    let mut all_deciders_died = 0;
+    for p in [4u32, 6, 8] {
+        for k in 1..=3u32 {
+            for seed in 0..40u64 {
+                let failures = (0..k).map(|v| (v, When::AfterDecide(0))).collect();
+                let mut c = SimConfig::with_groups(p, &[], failures);
+                c.seed = seed * 7 + u64::from(p * 3 + k);
+                c.max_detect_delay = 1 + seed % 3;
+                let r = run(&c);
+                check(&r, &format!("p={p} k={k}"));
+                // Every survivor decided what a dead process decided.
+                if let Some(&d) = r.decided_then_died.first() {
+                    let dead_group = value_of(&r, d).group().to_vec();
+                    for x in (0..p).filter(|x| !r.dead.contains(x)) {
+                        assert_eq!(ok_group(&r, x), dead_group, "p={p} k={k} seed={}", c.seed);
+                    }
+                    if r.dead.len() == r.decided_then_died.len() && dead_group.contains(&0) {
+                        all_deciders_died += 1;
+                    }
+                }
+            }
+        }
+    }
+    assert!(all_deciders_died > 10, "{all_deciders_died}");
+}

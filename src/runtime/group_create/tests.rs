@@ -2,7 +2,7 @@
 
 use super::sim::{run, SimConfig, SimReport, When};
 use super::wire::*;
-use super::{GroupCreateError, Value, View};
+use super::{tag_of, GcIn, GcOut, GroupCreate, GroupCreateError, Value, View};
 use crate::runtime::wire::WireError;
 
 fn check(r: &SimReport, what: &str) {
@@ -659,4 +659,47 @@ fn processes_that_die_right_after_deciding_decided_the_same() {
         }
     }
     assert!(all_deciders_died > 10, "{all_deciders_died}");
+}
+
+/// The API by hand: a process outside its own group is refused; the snapshot of the group's
+/// failures is used; another tag's messages are ignored; a named process that never calls
+/// ends in `TimedOut` naming it at the deadline.
+#[test]
+fn api_start_tags_and_deadline() {
+    use crate::runtime::{Group, ProcSet};
+    let g = Group::new(4, ProcSet::Ranks(&[0, 1, 2]), &[2]);
+    assert_eq!(
+        GroupCreate::start(3, 9, &g, None).err(),
+        Some(GroupCreateError::NotInOwnGroup { rank: 3 })
+    );
+    let (mut m, out) = GroupCreate::start(0, tag_of("t"), &g, Some(100)).unwrap();
+    assert_eq!(m.known_failed(), &[2]);
+    // Rank 0 is the root; it greets its live child 1 (2 is known dead).
+    let sends: Vec<u32> = out
+        .iter()
+        .filter_map(|o| match o {
+            GcOut::Send { to, .. } => Some(*to),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sends, vec![1]);
+    let (other, _) = GroupCreate::start(1, tag_of("other"), &g, None).unwrap();
+    let msg = GcMsg {
+        tag: other.tag(),
+        view_hash: 0,
+        failed: std::sync::Arc::new(vec![]),
+        body: Body::Nudge,
+    };
+    assert!(m.handle(GcIn::Msg { from: 1, msg }).is_empty());
+    assert!(m.handle(GcIn::Tick { now_ms: 99 }).is_empty());
+    assert_eq!(
+        m.handle(GcIn::Tick { now_ms: 100 }),
+        vec![GcOut::TimedOut { waiting: vec![1] }]
+    );
+    assert!(m.is_finished() && m.outcome().is_none());
+    // Alone (the others dead): decided at once.
+    let (m, out) = GroupCreate::start(1, 5, &g.with_failed(&[0]), None).unwrap();
+    let d = m.outcome().unwrap().unwrap();
+    assert_eq!((d.group.to_vec(), d.failed.to_vec()), (vec![1], vec![0, 2]));
+    assert!(out.iter().any(|o| matches!(o, GcOut::Decided(Ok(_)))));
 }

@@ -490,6 +490,21 @@ fn case5b_my_group_has_b_whose_group_lacks_me() {
             r.outcome(0),
             Some(&Err(GroupCreateError::NotAParticipant { rank: 0, root: 1 }))
         );
+
+        // B decides alone and dies at once: A cannot learn B's decision and decides among
+        // those it reaches, B agreed dead (a separate decision: B's had no participant A).
+        let mut c = SimConfig::with_groups(
+            2,
+            &[(0, &[0, 1]), (1, &[1])],
+            vec![(1, When::AfterDecide(0))],
+        );
+        c.seed = seed;
+        let r = run(&c);
+        check(&r, "case 5b, B decides and dies");
+        assert_eq!(r.decided_then_died, vec![1]);
+        assert_eq!(value_of(&r, 1).group().to_vec(), vec![1]);
+        assert_eq!(ok_group(&r, 0), vec![0]);
+        assert_eq!(*value_of(&r, 0).failed, vec![1]);
     }
 }
 

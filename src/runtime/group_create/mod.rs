@@ -160,6 +160,8 @@ pub struct GroupCreate {
     prop_key: (u64, Arc<Vec<u32>>),
     acks: BTreeSet<u32>,
     decided: Option<Value>,
+    /// The root whose commit decided it (this process, if it was that root).
+    decided_by: u32,
     commit_sent: BTreeSet<u32>,
     /// Every process that sent me something (late joiners among them get the decision).
     contacts: BTreeSet<u32>,
@@ -244,6 +246,7 @@ impl GroupCreate {
             prop_key: (0, Arc::new(Vec::new())),
             acks: BTreeSet::new(),
             decided: None,
+            decided_by: u32::MAX,
             commit_sent: BTreeSet::new(),
             contacts: BTreeSet::new(),
             emitted: false,
@@ -495,15 +498,17 @@ impl GroupCreate {
             // Always answer: with the decision.
             if !matches!(body, Body::Commit { .. } | Body::Nudge) {
                 let value = v.clone();
-                self.send(from, Body::Commit { value }, out);
+                let by = self.decided_by;
+                self.send(from, Body::Commit { by, value }, out);
             }
             return;
         }
         let is_full = matches!(body, Body::Full { .. });
         match body {
-            Body::Commit { value } => {
+            Body::Commit { by, value } => {
                 self.commit_sent.insert(from);
                 self.decided = Some(value);
+                self.decided_by = by;
                 return;
             }
             Body::Full { view, reply } => {
@@ -648,13 +653,14 @@ impl GroupCreate {
                 for x in outside {
                     self.commit_sent.insert(x);
                     let body = Body::Commit {
+                        by: self.decided_by,
                         value: value.clone(),
                     };
                     self.send(x, body, out);
                 }
             }
-            if self.is_dead(value.root) && self.view.members.binary_search(&self.me).is_ok() {
-                // The root may have died half way through its commits: pass it on.
+            if self.is_dead(self.decided_by) {
+                // The deciding root may have died half way through its commits: pass it on.
                 let near: Vec<u32> = {
                     let t = self.tree();
                     t.children().into_iter().chain(t.parent()).collect()
@@ -668,6 +674,7 @@ impl GroupCreate {
                     self.send(
                         x,
                         Body::Commit {
+                            by: self.decided_by,
                             value: value.clone(),
                         },
                         out,
@@ -751,10 +758,12 @@ impl GroupCreate {
         let others = self.view.members.len() - 1 - self.prop_key.1.len();
         if self.pending.is_empty() && self.acks.len() >= others {
             self.decided = Some(value.clone());
+            self.decided_by = self.me;
             let targets: Vec<u32> = self.live_members().filter(|r| *r != self.me).collect();
             for to in targets {
                 self.commit_sent.insert(to);
                 let body = Body::Commit {
+                    by: self.decided_by,
                     value: value.clone(),
                 };
                 self.send(to, body, out);

@@ -229,6 +229,18 @@ fn random_case(seed: u64, max_p: u64) -> SimConfig {
     SimConfig::random(p, f, differ, seed)
 }
 
+/// A harsher random case: most groups differ, long delays, up to all but one dying.
+fn harsh_case(seed: u64, max_p: u64) -> SimConfig {
+    let mut rng = crate::sim::Rng::new(seed ^ 0x5eed);
+    let p = 1 + rng.below(max_p) as u32;
+    let f = rng.below(u64::from(p)) as u32;
+    let differ = 0.5 + rng.below(50) as f64 / 100.0;
+    let mut c = SimConfig::random(p, f, differ, seed);
+    c.max_delay = rng.below(10);
+    c.max_detect_delay = rng.below(10);
+    c
+}
+
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
@@ -253,6 +265,12 @@ fn log2_ceil(p: u32) -> u64 {
 fn regression_seeds() {
     for seed in [114u64, 269, 1030, 3898].into_iter().chain(0..250) {
         check(&run(&random_case(seed, 60)), "regression");
+    }
+    // 1024943: the root re-proposing another root's value commits to one process and dies;
+    // the commit must name the deciding root (not the value's author) so that those holding it
+    // pass it on.
+    for seed in [1_024_943u64].into_iter().chain(0..100) {
+        check(&run(&harsh_case(seed, 24)), "regression (harsh)");
     }
 }
 
@@ -717,4 +735,21 @@ fn api_start_tags_and_deadline() {
     let d = m.outcome().unwrap().unwrap();
     assert_eq!((d.group.to_vec(), d.failed.to_vec()), (vec![1], vec![0, 2]));
     assert!(out.iter().any(|o| matches!(o, GcOut::Decided(Ok(_)))));
+}
+
+/// Harsher random cases than [`stress`]: most groups differ, long delays and detection delays,
+/// up to every process but one dying (`OPENIB_SIM_RUNS`, `OPENIB_SIM_SEED`, `OPENIB_SIM_MAXP`).
+#[test]
+#[ignore]
+fn stress_harsh() {
+    let runs = env_u64("OPENIB_SIM_RUNS").unwrap_or(5_000);
+    let base = env_u64("OPENIB_SIM_SEED").unwrap_or(1);
+    let max_p = env_u64("OPENIB_SIM_MAXP").unwrap_or(24);
+    for i in 0..runs {
+        let seed = base.wrapping_add(i);
+        check(
+            &run(&harsh_case(seed, max_p)),
+            &format!("stress_harsh OPENIB_SIM_SEED={seed} OPENIB_SIM_MAXP={max_p}"),
+        );
+    }
 }

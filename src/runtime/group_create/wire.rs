@@ -116,9 +116,9 @@ pub enum Body {
     Propose { ballot: Ballot, value: Value },
     /// Straight to the root: I accepted `ballot`.
     Ack { ballot: Ballot },
-    /// The decision (from the root to every participant, and the answer to anything once
-    /// decided).
-    Commit { value: Value },
+    /// The decision of root `by` (from it to every participant, and the answer to anything
+    /// once decided).
+    Commit { by: u32, value: Value },
     /// Only the header: the answer to a message of a dead root.
     Nudge,
 }
@@ -205,7 +205,10 @@ impl GcMsg {
                 put_value(&mut out, value);
             }
             Body::Ack { ballot } => put_ballot(&mut out, *ballot),
-            Body::Commit { value } => put_value(&mut out, value),
+            Body::Commit { by, value } => {
+                put_u32(&mut out, *by);
+                put_value(&mut out, value);
+            }
         }
         out
     }
@@ -262,6 +265,7 @@ impl GcMsg {
                 ballot: get_ballot(&mut d)?,
             },
             _ => Body::Commit {
+                by: d.u32("committing root")?,
                 value: get_value(&mut d)?,
             },
         };
@@ -423,7 +427,7 @@ pub fn example_messages() -> Vec<GcMsg> {
             value: value.clone(),
         },
         Body::Ack { ballot: (4, 0, 2) },
-        Body::Commit { value },
+        Body::Commit { by: 1, value },
         Body::Nudge,
     ];
     bodies

@@ -19,6 +19,7 @@ use std::time::Duration;
 pub mod embedded;
 pub mod fence;
 pub mod group;
+pub mod group_create;
 pub mod host;
 pub mod pmix;
 pub mod resilient;

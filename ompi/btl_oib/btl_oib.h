@@ -164,6 +164,7 @@ typedef struct mca_btl_oib_module_t {
      * operations whose callback has not run (btl_flush waits for 0). */
     pthread_mutex_t rdma_lock;
     opal_free_list_t rdma_ops;
+    bool rdma_ops_made; /* rdma_ops constructed and initialised (finalize may come first) */
     mca_btl_oib_token_t *early;
     mca_btl_oib_rdma_t *done_head, *done_tail;
     int64_t rdma_inflight;

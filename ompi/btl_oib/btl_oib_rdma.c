@@ -579,6 +579,7 @@ int mca_btl_oib_rdma_init(mca_btl_oib_module_t *m)
                             "(%d)", rc);
         return rc;
     }
+    m->rdma_ops_made = true;
     m->done_head = m->done_tail = NULL;
     m->rdma_inflight = 0;
     m->n_reg = m->n_put = m->put_bytes = m->n_get = m->get_bytes = m->n_atomic = 0;
@@ -627,7 +628,11 @@ void mca_btl_oib_rdma_fini(mca_btl_oib_module_t *m)
         free(p);
     }
     m->early = NULL;
-    OBJ_DESTRUCT(&m->rdma_ops);
+    /* Not made when the module failed before its RDMA part was set up. */
+    if (m->rdma_ops_made) {
+        OBJ_DESTRUCT(&m->rdma_ops);
+        m->rdma_ops_made = false;
+    }
     (void) openib_mem_free(m->scratch);
     m->scratch = NULL;
     pthread_mutex_destroy(&m->rdma_lock);

@@ -15,30 +15,9 @@
 //! observers whose delay came out 0.
 
 use crate::runtime::resilient::{Gathered, ResIn, ResMsg, ResOut, ResilientFence};
-use crate::runtime::wire::Entry;
-use crate::runtime::Scope;
+pub use crate::runtime::sim_support::{contribution, Rng};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-
-/// The simulator's seeded generator (fastrand's): one seed describes a whole run.
-#[derive(Debug, Clone)]
-pub struct Rng(fastrand::Rng);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(fastrand::Rng::with_seed(seed))
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0.u64(..)
-    }
-    /// Uniform in `0..n` (`n` > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.0.u64(..n)
-    }
-    pub fn shuffle<T>(&mut self, v: &mut [T]) {
-        self.0.shuffle(v)
-    }
-}
 
 /// When a process dies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,15 +107,6 @@ pub struct SimReport {
     pub decided_then_died: Vec<u32>,
     /// Why not agreed (empty when agreed).
     pub problems: Vec<String>,
-}
-
-/// Each process's contribution in the simulation.
-pub fn contribution(rank: u32) -> Vec<Entry> {
-    vec![Entry {
-        scope: Scope::Global,
-        key: "sim".into(),
-        value: rank.to_le_bytes().to_vec(),
-    }]
 }
 
 struct Proc {

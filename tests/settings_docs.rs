@@ -21,6 +21,8 @@ fn not_a_setting(name: &str) -> bool {
         // The C ABI's return codes (include/openib.h, docs/CAPI.md).
         || name == "OPENIB_OK"
         || name.starts_with("OPENIB_ERR_")
+        // The C ABI's caller-token bit (include/openib.h).
+        || name == "OPENIB_CALLER_TOKEN"
 }
 
 /// Every `OPENIB_X` token of `text` (a bare `OPENIB_` prefix is not one).

@@ -23,6 +23,7 @@ pub mod group_create;
 pub mod host;
 pub mod pmix;
 pub mod resilient;
+pub mod sim_support;
 pub mod singleton;
 pub mod wire;
 

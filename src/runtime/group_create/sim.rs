@@ -18,7 +18,7 @@
 //! ("Creating a group that survives failures") states them; see [`run`].
 
 use super::{outcome_for, GcIn, GcMsg, GcOut, GroupCreate, GroupCreateError, Value};
-use crate::sim::Rng;
+use crate::runtime::sim_support::Rng;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
@@ -267,7 +267,7 @@ pub fn run(cfg: &SimConfig) -> SimReport {
     let mut steps = 0u64;
     let mut t = 0u64;
     let mut stuck = false;
-    let trace = std::env::var_os("OPENIB_SIM_TRACE").is_some();
+    let trace = std::env::var_os("SIM_TRACE").is_some();
     // One initial view per distinct group list (its hash computed once).
     let mut views: Vec<super::View> = Vec::new();
     if trace {

@@ -222,7 +222,7 @@ fn messages_with_failures_stay_below_p_log_p() {
 /// The random case of `seed`: 1 to `max_p` processes, up to 12 victims, groups that differ
 /// for none, 5 %, 20 % or 60 % of them, random delays and detection delays.
 fn random_case(seed: u64, max_p: u64) -> SimConfig {
-    let mut rng = crate::sim::Rng::new(seed);
+    let mut rng = crate::runtime::sim_support::Rng::new(seed);
     let p = 1 + rng.below(max_p) as u32;
     let f = rng.below(u64::from(p).min(12)) as u32;
     let differ = [0.0, 0.05, 0.2, 0.6][rng.below(4) as usize];
@@ -231,7 +231,7 @@ fn random_case(seed: u64, max_p: u64) -> SimConfig {
 
 /// A harsher random case: most groups differ, long delays, up to all but one dying.
 fn harsh_case(seed: u64, max_p: u64) -> SimConfig {
-    let mut rng = crate::sim::Rng::new(seed ^ 0x5eed);
+    let mut rng = crate::runtime::sim_support::Rng::new(seed ^ 0x5eed);
     let p = 1 + rng.below(max_p) as u32;
     let f = rng.below(u64::from(p)) as u32;
     let differ = 0.5 + rng.below(50) as f64 / 100.0;
@@ -274,39 +274,39 @@ fn regression_seeds() {
     }
 }
 
-/// New seeds every run (from the clock, or `OPENIB_SIM_SEED` to replay: the failing seed is
+/// New seeds every run (from the clock, or `SIM_SEED` to replay: the failing seed is
 /// in the message).
 #[test]
 fn random_seeds_each_run() {
-    let base = env_u64("OPENIB_SIM_SEED").unwrap_or_else(|| {
+    let base = env_u64("SIM_SEED").unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(7)
     });
-    eprintln!("random_seeds_each_run: OPENIB_SIM_SEED={base}");
+    eprintln!("random_seeds_each_run: SIM_SEED={base}");
     for i in 0..150 {
         let seed = base.wrapping_add(i);
         check(
             &run(&random_case(seed, 80)),
-            &format!("replay with OPENIB_SIM_SEED={seed}"),
+            &format!("replay with SIM_SEED={seed}"),
         );
     }
 }
 
-/// Many random cases (`OPENIB_SIM_RUNS`, default 20,000, from `OPENIB_SIM_SEED`, at most
-/// `OPENIB_SIM_MAXP` processes): `cargo test --lib group_create::tests::stress -- --ignored`.
+/// Many random cases (`SIM_RUNS`, default 20,000, from `SIM_SEED`, at most
+/// `SIM_MAXP` processes): `cargo test --lib group_create::tests::stress -- --ignored`.
 #[test]
 #[ignore]
 fn stress() {
-    let runs = env_u64("OPENIB_SIM_RUNS").unwrap_or(20_000);
-    let base = env_u64("OPENIB_SIM_SEED").unwrap_or(1);
-    let max_p = env_u64("OPENIB_SIM_MAXP").unwrap_or(60);
+    let runs = env_u64("SIM_RUNS").unwrap_or(20_000);
+    let base = env_u64("SIM_SEED").unwrap_or(1);
+    let max_p = env_u64("SIM_MAXP").unwrap_or(60);
     for i in 0..runs {
         let seed = base.wrapping_add(i);
         check(
             &run(&random_case(seed, max_p)),
-            &format!("stress OPENIB_SIM_SEED={seed} OPENIB_SIM_MAXP={max_p}"),
+            &format!("stress SIM_SEED={seed} SIM_MAXP={max_p}"),
         );
     }
 }
@@ -613,12 +613,12 @@ fn the_judge_catches_wrong_outcomes() {
 /// Steps and messages against p, failure-free and with 1, 2 and 4 failures (victims at random
 /// times in the tree or the agreement, or on their first proposal; 3 seeds each, the worst
 /// steps and the mean messages). A measurement, not a pass/fail bound beyond the judge:
-/// `OPENIB_SIM_MAXP=65536 cargo test -p openib --lib group_create::tests::measure -- --ignored
+/// `SIM_MAXP=65536 cargo test -p openib --lib group_create::tests::measure -- --ignored
 /// --nocapture`.
 #[test]
 #[ignore]
 fn measure() {
-    let max_p = env_u64("OPENIB_SIM_MAXP").unwrap_or(4096) as u32;
+    let max_p = env_u64("SIM_MAXP").unwrap_or(4096) as u32;
     println!(
         "| p | failures | steps (max) | bound 2*ceil(log2 p)+2 | messages (mean) | per process |"
     );
@@ -629,7 +629,8 @@ fn measure() {
             let (mut steps, mut msgs, mut runs) = (0u64, 0u64, 0u64);
             for seed in 0..if f == 0 { 1 } else { 3 } {
                 let mut c = SimConfig::same_groups(p, seed);
-                let mut rng = crate::sim::Rng::new(seed ^ u64::from(p) << 8 ^ u64::from(f));
+                let mut rng =
+                    crate::runtime::sim_support::Rng::new(seed ^ u64::from(p) << 8 ^ u64::from(f));
                 let depth = log2_ceil(p);
                 let mut victims = std::collections::BTreeSet::new();
                 while (victims.len() as u32) < f {
@@ -738,18 +739,18 @@ fn api_start_tags_and_deadline() {
 }
 
 /// Harsher random cases than [`stress`]: most groups differ, long delays and detection delays,
-/// up to every process but one dying (`OPENIB_SIM_RUNS`, `OPENIB_SIM_SEED`, `OPENIB_SIM_MAXP`).
+/// up to every process but one dying (`SIM_RUNS`, `SIM_SEED`, `SIM_MAXP`).
 #[test]
 #[ignore]
 fn stress_harsh() {
-    let runs = env_u64("OPENIB_SIM_RUNS").unwrap_or(5_000);
-    let base = env_u64("OPENIB_SIM_SEED").unwrap_or(1);
-    let max_p = env_u64("OPENIB_SIM_MAXP").unwrap_or(24);
+    let runs = env_u64("SIM_RUNS").unwrap_or(5_000);
+    let base = env_u64("SIM_SEED").unwrap_or(1);
+    let max_p = env_u64("SIM_MAXP").unwrap_or(24);
     for i in 0..runs {
         let seed = base.wrapping_add(i);
         check(
             &run(&harsh_case(seed, max_p)),
-            &format!("stress_harsh OPENIB_SIM_SEED={seed} OPENIB_SIM_MAXP={max_p}"),
+            &format!("stress_harsh SIM_SEED={seed} SIM_MAXP={max_p}"),
         );
     }
 }

@@ -243,7 +243,7 @@ fn msg(failed: &[u32], body: Body) -> ResMsg {
 fn data_of(ranks: &[u32]) -> Gathered {
     ranks
         .iter()
-        .map(|&r| (r, crate::sim::contribution(r)))
+        .map(|&r| (r, crate::runtime::sim_support::contribution(r)))
         .collect()
 }
 
@@ -274,8 +274,14 @@ fn proposals(outs: &[ResOut]) -> Vec<(u32, Ballot, Decision)> {
 /// Rank 10 becomes root of 0, 10, ..., 70 once 0 is dead; 0's children 20 and 40 hang below it.
 fn new_root(own_ack: Option<Decision>) -> ResilientFence {
     let members: Vec<u32> = (0..8).map(|i| i * 10).collect();
-    let (mut m, outs) =
-        ResilientFence::start(10, 1, &members, &[], crate::sim::contribution(10), None);
+    let (mut m, outs) = ResilientFence::start(
+        10,
+        1,
+        &members,
+        &[],
+        crate::runtime::sim_support::contribution(10),
+        None,
+    );
     // A leaf: it reports to root 0 at once.
     assert!(
         matches!(&outs[..], [ResOut::Send { to: 0, msg }] if msg.kind() == "up"),
@@ -410,7 +416,14 @@ fn the_accessors_report_what_the_machine_was_started_with_and_reached() {
     assert_eq!((m.me(), m.epoch(), m.known_failed()), (3, 7, &[5][..]));
     assert!(!m.is_finished());
     assert_eq!(m.decision(), None);
-    let (m, _) = ResilientFence::start(3, 7, &[3], &[], crate::sim::contribution(3), None);
+    let (m, _) = ResilientFence::start(
+        3,
+        7,
+        &[3],
+        &[],
+        crate::runtime::sim_support::contribution(3),
+        None,
+    );
     assert!(m.is_finished());
     assert_eq!(m.decision(), Some(&decision(&[], &[3])));
 }
@@ -523,7 +536,7 @@ fn a_repeated_proposal_is_answered_with_the_ack_and_a_newer_one_replaces_it() {
 
 /// Root 0 of 0, 10, 20, 30 with both reports in: it proposes (0, 0) with nobody failed.
 fn proposing_root() -> ResilientFence {
-    let mine = crate::sim::contribution(0);
+    let mine = crate::runtime::sim_support::contribution(0);
     let (mut m, _) = ResilientFence::start(0, 1, &[0, 10, 20, 30], &[], mine, None);
     let up = |ranks: &[u32]| Body::Up {
         root: 0,

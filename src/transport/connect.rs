@@ -123,6 +123,7 @@ impl Transport {
     /// leave it out of its counts by name.
     #[inline(never)]
     pub(super) fn poll_services(&mut self, now: Instant) -> Result<(), TransportError> {
+        self.poll_device_events(now);
         let (ok, bad) = self.w.poll(now)?;
         if self.w.on_demand() {
             // Peers that started a connection before this process used them.

@@ -83,6 +83,10 @@ pub enum FailureCause {
     /// A local verbs or protocol error (a failed post).
     #[error("{0}")]
     Local(String),
+    /// The device reported an asynchronous event that breaks the endpoint's queue pair or the
+    /// whole device (`src/transport/device_events.rs`); the event's description.
+    #[error("device event: {0}")]
+    Device(String),
     /// The peer broke the protocol or this side's limits (a malformed message, a number out
     /// of range).
     #[error("{0}")]

@@ -40,6 +40,7 @@
 
 mod config;
 mod connect;
+mod device_events;
 mod dropped;
 mod endpoint;
 mod error;
@@ -216,6 +217,12 @@ pub struct Transport {
     preposted: Arc<Mutex<HashMap<u32, Option<MemoryRegion>>>>,
     /// QP number -> peer of attached connections (receive completions name the QP).
     qp_peer: IdMap<u32>,
+    /// When the service round next reads the device's events (device_events.rs).
+    next_device_poll: Instant,
+    /// The device events read since the transport opened.
+    device_events: u64,
+    /// Set while the device says this transport's port is down: its description.
+    port_down: Option<String>,
     /// Receive completions of QPs not attached yet (the peer's first message can arrive
     /// before the CPC hands the connection over).
     early: Vec<WorkCompletion>,
@@ -445,6 +452,9 @@ impl Transport {
             connecting: 0,
             preposted,
             qp_peer: IdMap::default(),
+            next_device_poll: Instant::now(),
+            device_events: 0,
+            port_down: None,
             early: Vec::new(),
             dropped_qps: DroppedQps::default(),
             sleeps: 0,

@@ -413,12 +413,23 @@ impl Transport {
                         ep.retire_unsignaled_before(id);
                     }
                 }
+                // The port's state is read for the endpoint's first failure only (a flush of
+                // each request follows it).
+                let first = self
+                    .eps
+                    .get(&peer)
+                    .is_some_and(|e| !matches!(e.state, EndpointState::Failed(_)));
+                let text = if first {
+                    self.with_port_state(wc.status_str())
+                } else {
+                    wc.status_str()
+                };
                 self.fail(
                     peer,
                     FailureCause::WorkCompletion {
                         status: wc.status,
                         vendor: wc.vendor_err,
-                        text: wc.status_str(),
+                        text,
                     },
                 );
                 continue;

@@ -39,6 +39,59 @@ pub enum AsyncEventKind {
     },
 }
 
+impl AsyncEventKind {
+    /// Whether the event leaves its queue pair unusable: a fatal error of the QP, a request or
+    /// access error it took, or a failed path migration. (Communication established, SQ
+    /// drained, a migrated path and the last WQE reached are notices.)
+    pub fn breaks_qp(&self) -> bool {
+        matches!(
+            self,
+            AsyncEventKind::Qp { event_type, .. } if matches!(
+                *event_type,
+                v::IBV_EVENT_QP_FATAL
+                    | v::IBV_EVENT_QP_REQ_ERR
+                    | v::IBV_EVENT_QP_ACCESS_ERR
+                    | v::IBV_EVENT_PATH_MIG_ERR
+            )
+        )
+    }
+
+    /// Whether the event leaves every queue pair of the context unusable: the device's fatal
+    /// error, a completion queue's error or a shared receive queue's error (the SRQ limit
+    /// reached is a notice).
+    pub fn breaks_device(&self) -> bool {
+        match self {
+            AsyncEventKind::DeviceFatal | AsyncEventKind::Cq { .. } => true,
+            AsyncEventKind::Srq { event_type } => *event_type == v::IBV_EVENT_SRQ_ERR,
+            _ => false,
+        }
+    }
+
+    /// A QP event of each kind, for tests of the code that acts on events: `fatal` gives
+    /// `IBV_EVENT_QP_FATAL`, otherwise `IBV_EVENT_COMM_EST`.
+    pub fn qp_for_tests(fatal: bool, qp_num: u32) -> AsyncEventKind {
+        AsyncEventKind::Qp {
+            event_type: if fatal {
+                v::IBV_EVENT_QP_FATAL
+            } else {
+                v::IBV_EVENT_COMM_EST
+            },
+            qp_num,
+        }
+    }
+
+    /// An SRQ event for tests: `error` gives `IBV_EVENT_SRQ_ERR`, otherwise the limit reached.
+    pub fn srq_for_tests(error: bool) -> AsyncEventKind {
+        AsyncEventKind::Srq {
+            event_type: if error {
+                v::IBV_EVENT_SRQ_ERR
+            } else {
+                v::IBV_EVENT_SRQ_LIMIT_REACHED
+            },
+        }
+    }
+}
+
 /// One async event, already acknowledged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AsyncEvent {

@@ -49,6 +49,12 @@ pub struct GroupCreateArgs {
     /// "participants", "by", "waiting", "error", "ms"}.
     #[arg(long)]
     pub json: bool,
+    /// Run K operations one after the other (tags TAG-0 to TAG-(K-1); with --random-groups,
+    /// operation r's groups are derived from SEED + r), each followed by a runtime fence over
+    /// the survivors; each rank prints one line per operation ("round" in the JSON). The fault
+    /// points' N is `r * size + rank` (rank dies in operation r).
+    #[arg(long, value_name = "K", default_value_t = 1)]
+    pub rounds: u32,
     /// Measure instead: N operations over the whole job (tags TAG-0, TAG-1, ...) and N
     /// whole-job runtime fences, each after a synchronising fence; rank 0 prints the times.
     #[arg(long, value_name = "N")]
@@ -221,14 +227,32 @@ pub fn run(a: &GroupCreateArgs) -> i32 {
         }
         return code;
     }
-    let group = Group::of_runtime(rt.as_ref(), ProcSet::Ranks(&passed));
-    let t0 = Instant::now();
-    let r = t.group_create(&group, &a.tag, timeout);
-    let ms = t0.elapsed().as_secs_f64() * 1e3;
-    let code = report(me, a, &passed, &r, ms);
-    // Let the others decide before leaving: answer the protocol until the survivors' fence.
-    if let Err(e) = fence_progressing(&mut t, &rt, timeout) {
-        eprintln!("openib group-create: rank {me}: the closing fence: {e}");
+    let mut code = exit::OK;
+    for round in 0..a.rounds.max(1) {
+        let passed = match a.random_groups {
+            Some(seed) => random_group(seed.wrapping_add(u64::from(round)), me, size),
+            None => passed.clone(),
+        };
+        let tag = if a.rounds > 1 {
+            format!("{}-{round}", a.tag)
+        } else {
+            a.tag.clone()
+        };
+        let group = Group::of_runtime(rt.as_ref(), ProcSet::Ranks(&passed));
+        let t0 = Instant::now();
+        let r = t.group_create(&group, &tag, timeout);
+        let ms = t0.elapsed().as_secs_f64() * 1e3;
+        let c = report(me, a, &tag, round, &passed, &r, ms);
+        if c != exit::OK {
+            code = c;
+        }
+        // Let the others decide before leaving (or starting the next operation, which drops
+        // this one's machine): answer the protocol until the survivors' fence.
+        if let Err(e) = fence_progressing(&mut t, &rt, timeout) {
+            eprintln!("openib group-create: rank {me}: the fence after operation {tag:?}: {e}");
+            code = exit::ERROR;
+            break;
+        }
     }
     if let Err(e) = t.finalize(timeout) {
         eprintln!("openib group-create: rank {me}: finalize: {e}");
@@ -240,12 +264,14 @@ pub fn run(a: &GroupCreateArgs) -> i32 {
 fn report(
     me: u32,
     a: &GroupCreateArgs,
+    tag: &str,
+    round: u32,
     passed: &[u32],
     r: &Result<Decision, GroupCreateFailure>,
     ms: f64,
 ) -> i32 {
     let dec = |d: &Decision| json!({"group": *d.group, "failed": *d.failed, "participants": *d.participants});
-    let mut v = json!({"rank": me, "tag": a.tag, "passed": passed, "ms": (ms * 1e3).round() / 1e3,
+    let mut v = json!({"rank": me, "tag": tag, "round": round, "passed": passed, "ms": (ms * 1e3).round() / 1e3,
         "group": null, "failed": null, "participants": null, "by": null, "waiting": null,
         "error": null});
     let merge = |v: &mut Value, d: Value| {

@@ -32,7 +32,8 @@
 //! Fault points (`OPENIB_FAULT`, src/fault.rs): `gc-before` (at the call, before anything is
 //! sent), `gc-tree` (right after this process's first protocol send of the operation),
 //! `gc-agree` (right after its first `Ack` or `Propose` of the operation: inside the
-//! agreement).
+//! agreement). Their `N` is `k * size + rank`: rank `rank` dies in its operation number `k`
+//! on this transport (from 0; so in the first, `N` is the rank as for every other point).
 
 use super::{Completion, EndpointState, Tag, Transport, TransportError};
 use crate::runtime::group_create::{
@@ -98,6 +99,8 @@ pub(super) struct GcState {
     bad: u64,
     /// Whom the current operation still waited for when its deadline passed.
     waiting: Option<Vec<u32>>,
+    /// Operations started before the current one (the fault points' `k`).
+    ops: u32,
     /// The clock the machine's milliseconds count from.
     epoch: Instant,
 }
@@ -113,6 +116,7 @@ impl GcState {
             sent_agree: false,
             bad: 0,
             waiting: None,
+            ops: 0,
             epoch: Instant::now(),
         }
     }
@@ -181,9 +185,14 @@ impl Transport {
                 call: "group_create",
             }));
         }
-        #[cfg(feature = "fault-injection")]
-        crate::fault::point("gc-before", me);
         let st = self.group_create_state().map_err(fail)?;
+        #[cfg(feature = "fault-injection")]
+        {
+            let s = st.lock().unwrap_or_else(|p| p.into_inner());
+            let k = s.ops + u32::from(s.current.is_some());
+            drop(s);
+            crate::fault::point("gc-before", k * self.size() + me);
+        }
         let t0 = Instant::now();
         let deadline = t0 + timeout;
         let group = group.with_failed(&self.rt.failed());
@@ -208,6 +217,9 @@ impl Transport {
                 for (from, msg) in early {
                     out.extend(m.handle(GcIn::Msg { from, msg }));
                 }
+            }
+            if s.current.is_some() {
+                s.ops += 1;
             }
             s.current = Some(m);
             out
@@ -299,6 +311,7 @@ impl Transport {
                     Ok(token) => {
                         let mut s = st.lock().unwrap_or_else(|p| p.into_inner());
                         s.tokens.insert(token);
+                        let k = s.ops;
                         let first = !s.sent_any;
                         let first_agree = agree && !s.sent_agree;
                         s.sent_any = true;
@@ -306,7 +319,7 @@ impl Transport {
                         drop(s);
                         #[cfg(feature = "fault-injection")]
                         {
-                            let me = self.rank();
+                            let me = k * self.size() + self.rank();
                             if first {
                                 crate::fault::point("gc-tree", me);
                             }
@@ -314,7 +327,7 @@ impl Transport {
                                 crate::fault::point("gc-agree", me);
                             }
                         }
-                        let _ = (first, first_agree);
+                        let _ = (k, first, first_agree);
                     }
                     Err(e) => {
                         tracing::debug!(to, error = %e, "group-create: send failed; the peer counts as gone");

@@ -386,3 +386,33 @@ fn measure(
     let _ = sync(t);
     exit::OK
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_parse_from_lists_and_ranges_and_bad_ones_are_named() {
+        assert_eq!(parse_ranks("all", 4).unwrap(), [0, 1, 2, 3]);
+        assert_eq!(parse_ranks("0-2,5, 7", 8).unwrap(), [0, 1, 2, 5, 7]);
+        assert!(parse_ranks("3-1", 8).unwrap_err().contains("backwards"));
+        assert!(parse_ranks("x", 8).unwrap_err().contains("\"x\""));
+        assert!(parse_ranks(",", 8).unwrap_err().contains("names no rank"));
+    }
+
+    #[test]
+    fn random_groups_keep_the_rank_differ_and_repeat() {
+        let mut differ = 0;
+        for seed in 0..50u64 {
+            for rank in 0..8 {
+                let g = random_group(seed, rank, 8);
+                assert!(g.contains(&rank), "seed {seed} rank {rank}: {g:?}");
+                assert!(g.len() >= 6, "at most two dropped: {g:?}");
+                assert_eq!(g, random_group(seed, rank, 8));
+                differ += usize::from(g.len() < 8);
+            }
+        }
+        // About half the groups drop someone (a drawn rank equal to its own is not dropped).
+        assert!((120..=280).contains(&differ), "{differ} of 400 differ");
+    }
+}

@@ -172,49 +172,68 @@ fn judge(
     }
     let during: Vec<u32> = dead.difference(&before).copied().collect();
     // Some set C of those that died during the call had their groups counted.
-    let fits = (0..1u32 << during.len()).find_map(|mask| {
-        let p: BTreeSet<u32> = survivors
-            .iter()
-            .copied()
-            .chain(
-                during
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, _)| mask >> i & 1 == 1)
-                    .map(|(_, &r)| r),
-            )
-            .collect();
-        let union: BTreeSet<u32> = p.iter().flat_map(|&r| group(r)).collect();
-        let inter = p
-            .iter()
-            .map(|&r| group(r))
-            .reduce(|a, b| a.intersection(&b).copied().collect())
-            .unwrap_or_default();
-        let expect: BTreeSet<u32> = inter.difference(&d).copied().collect();
-        (union == u && expect == n).then_some(p)
-    });
-    let Some(p) = fits else {
+    // Some set C of them had their groups counted: every C that explains the participants
+    // and the group is a candidate, and the outcomes must hold for one of them (the same
+    // decision may be explained by several: a dead process's group lacking only ranks that
+    // others' groups lack too).
+    let fits: Vec<BTreeSet<u32>> = (0..1u32 << during.len())
+        .filter_map(|mask| {
+            let p: BTreeSet<u32> = survivors
+                .iter()
+                .copied()
+                .chain(
+                    during
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| mask >> i & 1 == 1)
+                        .map(|(_, &r)| r),
+                )
+                .collect();
+            let union: BTreeSet<u32> = p.iter().flat_map(|&r| group(r)).collect();
+            let inter = p
+                .iter()
+                .map(|&r| group(r))
+                .reduce(|a, b| a.intersection(&b).copied().collect())
+                .unwrap_or_default();
+            let expect: BTreeSet<u32> = inter.difference(&d).copied().collect();
+            (union == u && expect == n).then_some(p)
+        })
+        .collect();
+    if fits.is_empty() {
         return Err(format!(
             "no set of the victims dying during the call ({during:?}) explains participants \
              {u:?} and group {n:?} (failed {d:?})"
         ));
-    };
-    for (&r, v) in lines {
-        let member = n.contains(&r);
-        match v["outcome"].as_str() {
-            Some("member") if member => {}
-            Some("excluded") if !member => {
-                let by = v["by"]
-                    .as_u64()
-                    .ok_or(format!("rank {r}: no \"by\": {v}"))? as u32;
-                if !p.contains(&by) || group(by).contains(&r) {
-                    return Err(format!(
-                        "rank {r} excluded by {by}, which is not a participant whose group lacks it"
-                    ));
+    }
+    let outcomes_hold = |p: &BTreeSet<u32>| -> Result<(), String> {
+        for (&r, v) in lines {
+            let member = n.contains(&r);
+            match v["outcome"].as_str() {
+                Some("member") if member => {}
+                Some("excluded") if !member => {
+                    let by = v["by"]
+                        .as_u64()
+                        .ok_or(format!("rank {r}: no \"by\": {v}"))?
+                        as u32;
+                    if !p.contains(&by) || group(by).contains(&r) {
+                        return Err(format!(
+                            "rank {r} excluded by {by}, which is not a participant whose group \
+                             lacks it (participants whose groups counted: {p:?})"
+                        ));
+                    }
                 }
+                _ => return Err(format!("rank {r} (in the group: {member}): {v}")),
             }
-            _ => return Err(format!("rank {r} (in the group: {member}): {v}")),
         }
+        Ok(())
+    };
+    let tried: Vec<Result<(), String>> = fits.iter().map(outcomes_hold).collect();
+    if !tried.iter().any(Result::is_ok) {
+        return Err(tried
+            .into_iter()
+            .filter_map(Result::err)
+            .collect::<Vec<_>>()
+            .join("; "));
     }
     Ok(())
 }

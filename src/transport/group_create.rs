@@ -15,8 +15,9 @@
 //!   same way. Until the first call the tag is a user's like any other.
 //! - **Failure detection, all local:** the runtime's failure events ([`Runtime::failed`],
 //!   which also fail the endpoints of the dead), endpoints found failed, sends and their
-//!   completions that fail, and the deadline (`timeout`), which ends the call with
-//!   [`GroupCreateFailure::TimedOut`] naming whom it still waited for.
+//!   completions that fail (also of the empty probes a waiting process sends every
+//!   [`PROBE_EVERY`] to whom it waits for), and the deadline (`timeout`), which ends the call
+//!   with [`GroupCreateFailure::TimedOut`] naming whom it still waited for.
 //! - **Other operations' messages.** A message of another operation's tag (a peer that is
 //!   already in the next operation, or one whose call comes later here) is kept aside and fed
 //!   to that operation when it starts here; up to [`ASIDE_MAX`] messages are kept (beyond,
@@ -49,6 +50,13 @@ pub const GROUP_CREATE_TAG: Tag = 0x3f;
 
 /// Messages of other operations kept aside, at most.
 pub const ASIDE_MAX: usize = 65_536;
+
+/// How often a waiting process probes the peers it waits for, and the lowest participant not
+/// known dead (the root it may wait for), with an empty message of [`GROUP_CREATE_TAG`]: a dead
+/// peer fails the probe (its connection attempt or the queue pair's retries), which finds
+/// deaths that the runtime does not report (mpirun 4.1.4 and Slurm deliver no failure
+/// events, docs/RUNTIME.md).
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// Why [`Transport::group_create`] gave this process no place in a new group.
 #[derive(Debug, thiserror::Error)]
@@ -127,6 +135,10 @@ impl GcState {
 
     /// A message arrived: the current operation's go to its machine, others aside.
     fn on_message(&mut self, from: u32, data: &[u8]) -> Vec<GcOut> {
+        if data.is_empty() {
+            // A liveness probe (see `PROBE_EVERY`): nothing to answer.
+            return Vec::new();
+        }
         let msg = match GcMsg::decode(data) {
             Ok(m) => m,
             Err(e) => {
@@ -228,7 +240,12 @@ impl Transport {
         self.gc_act(&st, out);
         let mut told: BTreeSet<u32> = group.failed().iter().copied().collect();
         let mut backoff = super::IdleBackoff::default();
+        let mut next_probe = t0 + PROBE_EVERY;
         loop {
+            if Instant::now() >= next_probe {
+                next_probe = Instant::now() + PROBE_EVERY;
+                self.gc_probe(&st);
+            }
             if let Some(outcome) = Self::gc_finished(&st) {
                 self.gc_take_completions(&st);
                 return self.gc_outcome(tag, timeout, outcome);
@@ -342,6 +359,55 @@ impl Transport {
                 }
             }
         }
+    }
+
+    /// Sends an empty probe to the peers the current operation waits for and to the lowest
+    /// participant not known dead; a send that fails is a failure notice.
+    fn gc_probe(&mut self, st: &Arc<Mutex<GcState>>) {
+        let me = self.rank();
+        let targets: BTreeSet<u32> = {
+            let s = st.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(m) = s.current.as_ref() else {
+                return;
+            };
+            let dead = m.known_failed();
+            m.waiting_for()
+                .into_iter()
+                .chain(
+                    m.view()
+                        .members
+                        .iter()
+                        .copied()
+                        .find(|r| dead.binary_search(r).is_err()),
+                )
+                .filter(|&r| r != me)
+                .collect()
+        };
+        let mut gone = Vec::new();
+        for p in targets {
+            match self.send(p, GROUP_CREATE_TAG, &[]) {
+                Ok(token) => {
+                    st.lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .tokens
+                        .insert(token);
+                }
+                Err(_) => gone.push(p),
+            }
+        }
+        if gone.is_empty() {
+            return;
+        }
+        let out = {
+            let mut s = st.lock().unwrap_or_else(|p| p.into_inner());
+            let Some(m) = s.current.as_mut() else {
+                return;
+            };
+            gone.into_iter()
+                .flat_map(|r| m.handle(GcIn::PeerGone { rank: r }))
+                .collect()
+        };
+        self.gc_act(st, out);
     }
 
     /// Takes the completions of the protocol's sends out of the queue (every other stays);

@@ -65,7 +65,9 @@ enum openib_error {
                                         callback (flush, connect_all, poll_completion, close) */
     OPENIB_ERR_PANIC = -14,          /* internal bug; the handle can only be closed */
     OPENIB_ERR_OTHER = -15,          /* another transport error (see openib_last_error) */
-    OPENIB_ERR_BUSY = -16            /* openib_sendi cannot post now: progress, then retry */
+    OPENIB_ERR_BUSY = -16,           /* openib_sendi cannot post now: progress, then retry */
+    OPENIB_ERR_EXCLUDED = -17        /* openib_group_create: this process is left out of the new
+                                      * group (openib_last_error says by whom and why) */
 };
 
 /* The transport of this process. Opaque; from openib_open, released by openib_close. */
@@ -420,6 +422,37 @@ int openib_del_procs(openib_t *t, const uint32_t *peers, size_t n);
  * pair on first use). Ranks not removed are ignored; a rank outside the job gives
  * OPENIB_ERR_BAD_PEER and adds nothing. */
 int openib_add_procs(openib_t *t, const uint32_t *peers, size_t n);
+
+/* --- creating a group that survives failures (issue 32) ----------------------------------- */
+
+/* Creates a group from the group ranks[0..n) this process passes (its own view: the others'
+ * may differ), with every process of it calling with the same NUL-terminated `tag`; the
+ * survivors come out with the same decision even when processes die before or during the call
+ * (docs/RUNTIME.md, "Creating a group that survives failures": the new group is the
+ * intersection of the groups of the participants, less those agreed dead). Collective over
+ * the processes named, peer to peer over this transport (tag 0x3f is the protocol's from the
+ * first call on: openib_set_handler of it then gives OPENIB_ERR_INVALID). Failures are found
+ * locally: the runtime's failure notices, failed connections, and the deadline `timeout_ms`.
+ * The handle's lock is held for the call (other threads' calls on it wait).
+ * On return `group[0..*group_len)` holds the new group and `failed[0..*failed_len)` the ranks
+ * agreed dead, both ascending: `*group_len` and `*failed_len` give the arrays' capacities
+ * (openib_size() always suffices) and receive the lengths (OPENIB_ERR_RANGE, with the length
+ * needed, when one is too small). Returns:
+ * - OPENIB_OK: this process is a member of the new group (*who = UINT32_MAX).
+ * - OPENIB_ERR_EXCLUDED: the decision leaves this process out; the arrays hold the decision as
+ *   the members hold it and *who the rank whose group lacks this process (UINT32_MAX when the
+ *   others agreed it dead); openib_last_error says why.
+ * - OPENIB_ERR_TIMEOUT: no decision within timeout_ms (a named process that never called, or
+ *   one hung but not dead); *who is the lowest rank it still waited for, openib_last_error
+ *   names them all; the arrays are untouched.
+ * - OPENIB_ERR_INVALID: NULL tag or lengths, or this rank not in ranks[0..n).
+ * After deciding, the handle keeps answering the protocol's late messages from
+ * openib_progress until the next openib_group_create or openib_close: keep progressing (or
+ * run a fence of your runtime while another thread progresses) until the others decided
+ * before closing. `who` may be NULL. */
+int openib_group_create(openib_t *t, const uint32_t *ranks, size_t n, const char *tag,
+                        uint32_t timeout_ms, uint32_t *group, size_t *group_len,
+                        uint32_t *failed, size_t *failed_len, uint32_t *who);
 
 /* --- errors ------------------------------------------------------------------------------- */
 

@@ -5,7 +5,11 @@
 //! `in-fence` (inside an embedded-runtime fence, just after sending its first fence message;
 //! under PMIx, in its first fence, just after `PMIx_Fence_nb` took its contribution),
 //! `in-connect` (after starting its connections, before they finish), `in-transfer` (half
-//! way through the messages of `openib stress`).
+//! way through the messages of `openib stress`); group creation's (`Transport::group_create`,
+//! issue 32): `gc-before` (at the call, before it sends anything), `gc-tree` (right after its
+//! first protocol message of the operation was posted), `gc-agree` (right after its first
+//! `Ack` or `Propose` was posted: inside the agreement); for these three, `<rank>` is
+//! `k * size + rank`: the rank dies in its operation `k` (from 0) on that transport.
 //!
 //! One point makes the rank misbehave instead of dying: `lie-seq` (the transport sends its
 //! eager message number `LIE_SEQ` to every peer with a wrong sequence byte in the immediate

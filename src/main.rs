@@ -39,6 +39,10 @@ enum Cmd {
     /// Burn-in of the transport: random-size messages from several threads, puts, gets and
     /// atomics between every pair of ranks, every byte checked (run under 2 or more ranks).
     Stress(cli::stress::StressArgs),
+    /// Create a group from a group across the job, surviving failures and differing groups
+    /// (issue 32): run under a runtime (`openib run -n N -- openib group-create`); each rank
+    /// prints its outcome.
+    GroupCreate(cli::group_create::GroupCreateArgs),
     /// Every setting: its value in effect, where it comes from (environment, settings file or
     /// default), its default and what it does; flags malformed values.
     Config(cli::config::ConfigArgs),
@@ -93,6 +97,7 @@ fn main() {
         Cmd::Bench(a) => cli::bench::run(&a),
         Cmd::Stress(a) => cli::stress::run(&a),
         Cmd::Config(a) => cli::config::run(&a),
+        Cmd::GroupCreate(a) => cli::group_create::run(&a),
         Cmd::Sim { cmd } => cli::sim::run(cmd),
         Cmd::Plot(a) => cli::plot::run(&a),
         Cmd::Ompi(a) => cli::ompi::run(&a),

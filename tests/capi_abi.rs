@@ -27,6 +27,7 @@ const API: &[&str] = &[
     "openib_get",
     "openib_get_addr",
     "openib_get_addr_token",
+    "openib_group_create",
     "openib_last_error",
     "openib_mem_alloc",
     "openib_mem_free",

@@ -178,3 +178,33 @@ fn c_program_sends_puts_gets_and_atomics_to_its_own_rank() {
         eprint!("{section}:\n{text}");
     }
 }
+
+/// `tests/c/group_create.c`: `openib_group_create` through the C ABI (issue 32) in a job of 4:
+/// a group without the caller is `OPENIB_ERR_INVALID`; rank 0's group lacks rank 3, so ranks 0
+/// to 2 get `OPENIB_OK` and the group {0, 1, 2} and rank 3 `OPENIB_ERR_EXCLUDED`, the same
+/// group and `who` = 0; tag 0x3f is then refused to `openib_set_handler`.
+#[test]
+fn c_program_creates_a_group_and_the_excluded_rank_learns_who() {
+    if harness::skip_guest("softroce_capi group_create") {
+        return;
+    }
+    let exe = support::compile_linked("group_create");
+    let dir = exe.parent().expect("dir").display().to_string();
+    let b = env!("CARGO_BIN_EXE_openib");
+    let script = format!(
+        "cd {dir} || exit 1\n\
+         echo '=== four'; {b} run -n 4 --timeout 240 -- ./group_create 2>&1 || echo FAILED\n\
+         echo '=== end'\n"
+    );
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    let text = harness::section(&out, "four").unwrap_or_else(|| panic!("no four: {out}"));
+    assert!(!text.contains("FAILED"), "{text}");
+    for rank in 0..4 {
+        let want = if rank == 3 {
+            format!("group_create: rank {rank} ok: excluded by 0, group of 3")
+        } else {
+            format!("group_create: rank {rank} ok: member, group of 3")
+        };
+        assert!(text.lines().any(|l| l == want), "rank {rank}: {text}");
+    }
+}

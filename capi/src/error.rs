@@ -20,6 +20,7 @@ pub const OPENIB_ERR_REENTRANT: c_int = -13;
 pub const OPENIB_ERR_PANIC: c_int = -14;
 pub const OPENIB_ERR_OTHER: c_int = -15;
 pub const OPENIB_ERR_BUSY: c_int = -16;
+pub const OPENIB_ERR_EXCLUDED: c_int = -17;
 
 /// Every code, its header name and what `openib_strerror` says.
 pub(crate) const CODES: &[(c_int, &str, &CStr)] = &[
@@ -92,6 +93,11 @@ pub(crate) const CODES: &[(c_int, &str, &CStr)] = &[
         "OPENIB_ERR_BUSY",
         c"cannot post now; retry after progress",
     ),
+    (
+        OPENIB_ERR_EXCLUDED,
+        "OPENIB_ERR_EXCLUDED",
+        c"left out of the new group",
+    ),
 ];
 
 /// A failed call: its code and the message `openib_last_error` returns.
@@ -137,6 +143,7 @@ pub(crate) fn code_of(e: &TransportError) -> c_int {
         }
         TransportError::TooLarge { .. } => OPENIB_ERR_TOO_LARGE,
         TransportError::ReservedTag => OPENIB_ERR_INVALID,
+        TransportError::TagInUse { .. } => OPENIB_ERR_INVALID,
         TransportError::InCallback { .. } => OPENIB_ERR_REENTRANT,
         TransportError::BadPeer { .. } => OPENIB_ERR_BAD_PEER,
         TransportError::Timeout { .. } => OPENIB_ERR_TIMEOUT,

@@ -39,6 +39,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 pub mod error;
+pub mod group;
 pub mod handle;
 pub mod host;
 pub mod life;
@@ -50,6 +51,7 @@ pub mod send;
 mod tests;
 
 pub use error::*;
+pub use group::*;
 pub use handle::*;
 pub use host::*;
 pub use life::*;

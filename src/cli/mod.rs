@@ -5,6 +5,7 @@ pub mod check;
 pub mod config;
 pub mod events;
 pub mod exchange;
+pub mod group_create;
 pub mod manual;
 pub mod modex;
 pub mod ompi;

@@ -14,6 +14,9 @@ pub const FAULT_POINTS: &[&str] = &[
     "in-transfer",
     "lie-seq",
     "udcm-deaf",
+    "gc-before",
+    "gc-tree",
+    "gc-agree",
 ];
 
 fn port_filter(v: &str) -> Result<(), String> {

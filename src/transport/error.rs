@@ -22,6 +22,10 @@ pub enum TransportError {
     TooLarge { len: usize, limit: usize },
     #[error("tag 0 is reserved for the transport's control messages")]
     ReservedTag,
+    /// The tag is taken: by group creation ([`super::GROUP_CREATE_TAG`], once it ran), or,
+    /// for group creation, by a user's callback.
+    #[error("tag {tag} is in use by {by}")]
+    TagInUse { tag: u8, by: &'static str },
     #[error("rank {peer} is out of range (job size {size}) or removed")]
     BadPeer { peer: u32, size: u32 },
     #[error("{what} did not finish within {timeout:?}")]

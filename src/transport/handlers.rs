@@ -63,6 +63,11 @@ impl Handlers {
         self.table[tag as usize] = Some(Callback::WithTransport(h));
     }
 
+    /// Whether `tag` has a callback.
+    pub fn is_set(&self, tag: Tag) -> bool {
+        self.table[tag as usize].is_some()
+    }
+
     /// Whether the callback of `tag` wants the transport (then the caller takes it out with
     /// [`Handlers::take_callback`] and calls it itself).
     pub fn wants_transport(&self, tag: Tag) -> bool {

@@ -45,6 +45,7 @@ mod dropped;
 mod endpoint;
 mod error;
 pub mod flow;
+mod group_create;
 mod handlers;
 mod op;
 pub mod peer;
@@ -73,6 +74,7 @@ use endpoint::{wr, Endpoint, SqBudget, ANY_PEER, KIND_RECV, KIND_SRQ};
 pub use endpoint::{EndpointState, EndpointStats, SendBudget, SrqStats};
 pub use error::{Completion, FailureCause, TransportError};
 use flow::Credits;
+pub use group_create::{GroupCreateFailure, ASIDE_MAX as GROUP_CREATE_ASIDE_MAX, GROUP_CREATE_TAG};
 use handlers::Handlers;
 pub use op::{AtomicOp, LocalRegion};
 use openib_sys::clock::{self, TickRate};
@@ -174,6 +176,9 @@ pub struct Transport {
     /// Credits a sender starts with towards every peer, and what it may lend.
     peer_credits: Credits,
     handlers: Handlers,
+    /// Group creation's state, once [`Transport::group_create`] ran (it owns
+    /// [`GROUP_CREATE_TAG`] from then on).
+    group_create: Option<Arc<Mutex<group_create::GcState>>>,
     /// Receive callbacks running now (a [`TransportHandler`] that calls the transport nests).
     callback_depth: u32,
     /// The bytes of the last rendezvous delivered, copied out of its landing buffer (kept to
@@ -432,6 +437,7 @@ impl Transport {
             peer_credits: cfg.peer_credits(size),
             cfg,
             handlers: Handlers::default(),
+            group_create: None,
             callback_depth: 0,
             landed: Vec::new(),
             in_batch: false,
@@ -562,6 +568,7 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
+        self.check_tag_free(tag)?;
         self.handlers.set(tag, handler);
         Ok(())
     }
@@ -576,11 +583,23 @@ impl Transport {
         if tag == 0 {
             return Err(TransportError::ReservedTag);
         }
+        self.check_tag_free(tag)?;
         self.handlers.set_with_transport(tag, handler);
         Ok(())
     }
 
     /// Whether a receive callback is running (this is a call from inside one).
+    /// `Err(TagInUse)` for [`GROUP_CREATE_TAG`] once [`Transport::group_create`] claimed it.
+    fn check_tag_free(&self, tag: Tag) -> Result<(), TransportError> {
+        if tag == GROUP_CREATE_TAG && self.group_create.is_some() {
+            return Err(TransportError::TagInUse {
+                tag,
+                by: "group_create (it claimed the tag at its first call)",
+            });
+        }
+        Ok(())
+    }
+
     pub fn in_callback(&self) -> bool {
         self.callback_depth > 0
     }

@@ -286,6 +286,15 @@ impl GroupCreate {
     pub fn known_failed(&self) -> &[u32] {
         &self.failed_msg
     }
+    /// Whom this process waits for now (its unreported children, its parent, the peers whose
+    /// views it asked for; the root: the participants that did not acknowledge), ascending. A
+    /// driver without a complete failure detector probes these (a dead one fails the probe).
+    pub fn waiting_for(&self) -> Vec<u32> {
+        if self.is_finished() {
+            return Vec::new();
+        }
+        self.waiting()
+    }
 
     /// Feeds one input; returns what to do.
     pub fn handle(&mut self, input: GcIn) -> Vec<GcOut> {

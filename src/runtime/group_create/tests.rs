@@ -1,6 +1,6 @@
 //! Unit tests: the wire form, and the protocol in the simulator (the cases of issue 32).
 
-use super::sim::{run, SimConfig, SimReport, When};
+use super::sim::{log2_ceil, run, SimConfig, SimReport, When};
 use super::wire::*;
 use super::{tag_of, GcIn, GcOut, GroupCreate, GroupCreateError, Value, View};
 use crate::runtime::wire::WireError;
@@ -219,28 +219,6 @@ fn messages_with_failures_stay_below_p_log_p() {
     }
 }
 
-/// The random case of `seed`: 1 to `max_p` processes, up to 12 victims, groups that differ
-/// for none, 5 %, 20 % or 60 % of them, random delays and detection delays.
-fn random_case(seed: u64, max_p: u64) -> SimConfig {
-    let mut rng = crate::runtime::sim_support::Rng::new(seed);
-    let p = 1 + rng.below(max_p) as u32;
-    let f = rng.below(u64::from(p).min(12)) as u32;
-    let differ = [0.0, 0.05, 0.2, 0.6][rng.below(4) as usize];
-    SimConfig::random(p, f, differ, seed)
-}
-
-/// A harsher random case: most groups differ, long delays, up to all but one dying.
-fn harsh_case(seed: u64, max_p: u64) -> SimConfig {
-    let mut rng = crate::runtime::sim_support::Rng::new(seed ^ 0x5eed);
-    let p = 1 + rng.below(max_p) as u32;
-    let f = rng.below(u64::from(p)) as u32;
-    let differ = 0.5 + rng.below(50) as f64 / 100.0;
-    let mut c = SimConfig::random(p, f, differ, seed);
-    c.max_delay = rng.below(10);
-    c.max_detect_delay = rng.below(10);
-    c
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
@@ -256,21 +234,17 @@ fn value_of(r: &SimReport, rank: u32) -> &Value {
     r.values[rank as usize].as_ref().expect("decided")
 }
 
-fn log2_ceil(p: u32) -> u64 {
-    u64::from(32 - (p.max(1) - 1).leading_zeros())
-}
-
 /// Seeds that found bugs while the protocol was written, and a fixed sweep.
 #[test]
 fn regression_seeds() {
     for seed in [114u64, 269, 1030, 3898].into_iter().chain(0..250) {
-        check(&run(&random_case(seed, 60)), "regression");
+        check(&run(&SimConfig::random_case(seed, 60)), "regression");
     }
     // 1024943: the root re-proposing another root's value commits to one process and dies;
     // the commit must name the deciding root (not the value's author) so that those holding it
     // pass it on.
     for seed in [1_024_943u64].into_iter().chain(0..100) {
-        check(&run(&harsh_case(seed, 24)), "regression (harsh)");
+        check(&run(&SimConfig::harsh_case(seed, 24)), "regression (harsh)");
     }
 }
 
@@ -288,25 +262,8 @@ fn random_seeds_each_run() {
     for i in 0..150 {
         let seed = base.wrapping_add(i);
         check(
-            &run(&random_case(seed, 80)),
+            &run(&SimConfig::random_case(seed, 80)),
             &format!("replay with SIM_SEED={seed}"),
-        );
-    }
-}
-
-/// Many random cases (`SIM_RUNS`, default 20,000, from `SIM_SEED`, at most
-/// `SIM_MAXP` processes): `cargo test --lib group_create::tests::stress -- --ignored`.
-#[test]
-#[ignore]
-fn stress() {
-    let runs = env_u64("SIM_RUNS").unwrap_or(20_000);
-    let base = env_u64("SIM_SEED").unwrap_or(1);
-    let max_p = env_u64("SIM_MAXP").unwrap_or(60);
-    for i in 0..runs {
-        let seed = base.wrapping_add(i);
-        check(
-            &run(&random_case(seed, max_p)),
-            &format!("stress SIM_SEED={seed} SIM_MAXP={max_p}"),
         );
     }
 }
@@ -610,59 +567,6 @@ fn the_judge_catches_wrong_outcomes() {
     );
 }
 
-/// Steps and messages against p, failure-free and with 1, 2 and 4 failures (victims at random
-/// times in the tree or the agreement, or on their first proposal; 3 seeds each, the worst
-/// steps and the mean messages). A measurement, not a pass/fail bound beyond the judge:
-/// `SIM_MAXP=65536 cargo test -p openib --lib group_create::tests::measure -- --ignored
-/// --nocapture`.
-#[test]
-#[ignore]
-fn measure() {
-    let max_p = env_u64("SIM_MAXP").unwrap_or(4096) as u32;
-    println!(
-        "| p | failures | steps (max) | bound 2*ceil(log2 p)+2 | messages (mean) | per process |"
-    );
-    println!("|---|---|---|---|---|---|");
-    let mut p = 16u32;
-    while p <= max_p {
-        for f in [0u32, 1, 2, 4] {
-            let (mut steps, mut msgs, mut runs) = (0u64, 0u64, 0u64);
-            for seed in 0..if f == 0 { 1 } else { 3 } {
-                let mut c = SimConfig::same_groups(p, seed);
-                let mut rng =
-                    crate::runtime::sim_support::Rng::new(seed ^ u64::from(p) << 8 ^ u64::from(f));
-                let depth = log2_ceil(p);
-                let mut victims = std::collections::BTreeSet::new();
-                while (victims.len() as u32) < f {
-                    victims.insert(rng.below(u64::from(p)) as u32);
-                }
-                c.failures = victims
-                    .into_iter()
-                    .map(|v| {
-                        let w = match rng.below(3) {
-                            0 => When::OnFirst("propose"),
-                            _ => When::At(rng.below(2 * depth + 2)),
-                        };
-                        (v, w)
-                    })
-                    .collect();
-                let r = run(&c);
-                check(&r, &format!("measure p={p} f={f}"));
-                steps = steps.max(r.steps);
-                msgs += r.messages;
-                runs += 1;
-            }
-            let mean = msgs / runs;
-            println!(
-                "| {p} | {f} | {steps} | {} | {mean} | {:.2} |",
-                2 * log2_ceil(p) + 2,
-                mean as f64 / f64::from(p)
-            );
-        }
-        p *= 4;
-    }
-}
-
 /// Uniform agreement when everyone that had the decision dies: the root and the lowest ranks
 /// (who receive its commit first) die right after deciding, the root's commits half sent.
 /// The survivors must decide what the dead decided: a new root re-proposes the highest
@@ -736,21 +640,4 @@ fn api_start_tags_and_deadline() {
     let d = m.outcome().unwrap().unwrap();
     assert_eq!((d.group.to_vec(), d.failed.to_vec()), (vec![1], vec![0, 2]));
     assert!(out.iter().any(|o| matches!(o, GcOut::Decided(Ok(_)))));
-}
-
-/// Harsher random cases than [`stress`]: most groups differ, long delays and detection delays,
-/// up to every process but one dying (`SIM_RUNS`, `SIM_SEED`, `SIM_MAXP`).
-#[test]
-#[ignore]
-fn stress_harsh() {
-    let runs = env_u64("SIM_RUNS").unwrap_or(5_000);
-    let base = env_u64("SIM_SEED").unwrap_or(1);
-    let max_p = env_u64("SIM_MAXP").unwrap_or(24);
-    for i in 0..runs {
-        let seed = base.wrapping_add(i);
-        check(
-            &run(&harsh_case(seed, max_p)),
-            &format!("stress_harsh SIM_SEED={seed} SIM_MAXP={max_p}"),
-        );
-    }
 }

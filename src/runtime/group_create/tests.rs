@@ -641,3 +641,81 @@ fn api_start_tags_and_deadline() {
     assert_eq!((d.group.to_vec(), d.failed.to_vec()), (vec![1], vec![0, 2]));
     assert!(out.iter().any(|o| matches!(o, GcOut::Decided(Ok(_)))));
 }
+
+/// The accessors and the string tag's hash (FNV-1a 64, its published vectors): a started
+/// machine that has not decided says so, and names its rank and tag.
+#[test]
+fn accessors_and_the_string_tag_hash() {
+    use crate::runtime::{Group, ProcSet};
+    assert_eq!(tag_of(""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(tag_of("a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(tag_of("foobar"), 0x8594_4171_f739_67e8);
+    let g = Group::new(4, ProcSet::Ranks(&[0, 1, 2, 3]), &[]);
+    let (m, _) = GroupCreate::start(2, tag_of("t"), &g, None).unwrap();
+    assert_eq!((m.me(), m.tag()), (2, tag_of("t")));
+    assert!(!m.is_finished());
+    assert!(m.decision().is_none() && m.outcome().is_none());
+    // The simulator's report of a stuck run: rank, root, view sizes, ...
+    assert!(
+        m.describe().starts_with("rank 2 root 0 U 4 I 4 dead []"),
+        "{}",
+        m.describe()
+    );
+}
+
+/// Runs machines for ranks `0..p` (all passing every rank, deadline 100 ms) by hand, delivering
+/// every message `keep(from, to, msg)` allows until none is left; returns the machines.
+fn drive_by_hand(p: u32, keep: impl Fn(u32, u32, &GcMsg) -> bool) -> Vec<GroupCreate> {
+    use crate::runtime::{Group, ProcSet};
+    let all: Vec<u32> = (0..p).collect();
+    let g = Group::new(p, ProcSet::Ranks(&all), &[]);
+    let mut queue = std::collections::VecDeque::new();
+    let mut ms = Vec::new();
+    for r in 0..p {
+        let (m, out) = GroupCreate::start(r, 7, &g, Some(100)).unwrap();
+        queue.extend(out.into_iter().map(|o| (r, o)));
+        ms.push(m);
+    }
+    while let Some((from, o)) = queue.pop_front() {
+        if let GcOut::Send { to, msg } = o {
+            if keep(from, to, &msg) {
+                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
+                queue.extend(out.into_iter().map(|o| (to, o)));
+            }
+        }
+    }
+    ms
+}
+
+fn timed_out_waiting(m: &mut GroupCreate) -> Vec<u32> {
+    assert!(!m.is_finished());
+    match m.handle(GcIn::Tick { now_ms: 100 }).as_slice() {
+        [GcOut::TimedOut { waiting }] => waiting.clone(),
+        other => panic!("rank {}: {other:?}", m.me()),
+    }
+}
+
+/// Whom a timed-out process names: in the tree, its parent and the children that have not
+/// reported; a root with a proposal out, the live participants that have not acknowledged it.
+/// (Binomial tree of 4: 0 -> 1, 2; 2 -> 3.)
+#[test]
+fn a_timeout_names_whom_it_waits_for() {
+    // Rank 3 silent (nothing to or from it): 2 waits for its child 3 and its parent 0; the
+    // root for 2 (1 has reported).
+    let mut ms = drive_by_hand(4, |from, to, _| from != 3 && to != 3);
+    assert_eq!(timed_out_waiting(&mut ms[2]), vec![0, 3]);
+    assert_eq!(timed_out_waiting(&mut ms[0]), vec![2]);
+    // Only 3's acknowledgement lost: the root waits for 3 alone.
+    let mut ms = drive_by_hand(4, |from, _, m| !(from == 3 && m.kind() == "ack"));
+    assert!(ms[0].decision().is_none());
+    assert_eq!(timed_out_waiting(&mut ms[0]), vec![3]);
+    // Without losses, everyone decides the whole group.
+    let ms = drive_by_hand(4, |_, _, _| true);
+    for m in &ms {
+        assert!(m.is_finished());
+        assert_eq!(
+            m.outcome().unwrap().unwrap().group.to_vec(),
+            vec![0, 1, 2, 3]
+        );
+    }
+}

@@ -666,25 +666,55 @@ fn accessors_and_the_string_tag_hash() {
 /// Runs machines for ranks `0..p` (all passing every rank, deadline 100 ms) by hand, delivering
 /// every message `keep(from, to, msg)` allows until none is left; returns the machines.
 fn drive_by_hand(p: u32, keep: impl Fn(u32, u32, &GcMsg) -> bool) -> Vec<GroupCreate> {
-    use crate::runtime::{Group, ProcSet};
     let all: Vec<u32> = (0..p).collect();
-    let g = Group::new(p, ProcSet::Ranks(&all), &[]);
+    drive_group_by_hand(p, &all, &[], keep)
+}
+
+/// [`drive_by_hand`] for the participants `ranks` of a job of `p`, all passing `ranks`, each
+/// told by its detector at the start that `dead` died.
+fn drive_group_by_hand(
+    p: u32,
+    ranks: &[u32],
+    dead: &[u32],
+    keep: impl Fn(u32, u32, &GcMsg) -> bool,
+) -> Vec<GroupCreate> {
+    use crate::runtime::{Group, ProcSet};
+    let g = Group::new(p, ProcSet::Ranks(ranks), &[]);
     let mut queue = std::collections::VecDeque::new();
-    let mut ms = Vec::new();
-    for r in 0..p {
-        let (m, out) = GroupCreate::start(r, 7, &g, Some(100)).unwrap();
+    let mut ms: Vec<GroupCreate> = Vec::new();
+    for &r in ranks {
+        let (mut m, out) = GroupCreate::start(r, 7, &g, Some(100)).unwrap();
         queue.extend(out.into_iter().map(|o| (r, o)));
+        for &d in dead {
+            let out = m.handle(GcIn::PeerGone { rank: d });
+            queue.extend(out.into_iter().map(|o| (r, o)));
+        }
+        assert!(dead.iter().all(|d| m.known_failed().contains(d)));
         ms.push(m);
     }
     while let Some((from, o)) = queue.pop_front() {
         if let GcOut::Send { to, msg } = o {
+            let Some(at) = ranks.iter().position(|&r| r == to) else {
+                continue;
+            };
             if keep(from, to, &msg) {
-                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
+                let out = ms[at].handle(GcIn::Msg { from, msg });
                 queue.extend(out.into_iter().map(|o| (to, o)));
             }
         }
     }
     ms
+}
+
+/// The decision's failed set holds dead participants only: a dead process of the job that no
+/// group names is not among them.
+#[test]
+fn the_failed_set_names_dead_participants_only() {
+    let ms = drive_group_by_hand(5, &[0, 1, 3], &[2, 4], |_, _, _| true);
+    for m in &ms {
+        let d = m.outcome().expect("decided").expect("a member");
+        assert_eq!((d.group.to_vec(), d.failed.to_vec()), (vec![0, 1, 3], vec![]));
+    }
 }
 
 fn timed_out_waiting(m: &mut GroupCreate) -> Vec<u32> {

@@ -713,7 +713,10 @@ fn the_failed_set_names_dead_participants_only() {
     let ms = drive_group_by_hand(5, &[0, 1, 3], &[2, 4], |_, _, _| true);
     for m in &ms {
         let d = m.outcome().expect("decided").expect("a member");
-        assert_eq!((d.group.to_vec(), d.failed.to_vec()), (vec![0, 1, 3], vec![]));
+        assert_eq!(
+            (d.group.to_vec(), d.failed.to_vec()),
+            (vec![0, 1, 3], vec![])
+        );
     }
 }
 
@@ -748,4 +751,47 @@ fn a_timeout_names_whom_it_waits_for() {
             vec![0, 1, 2, 3]
         );
     }
+}
+
+/// A report that reaches a process past its gather (it holds a proposal) is answered with the
+/// proposal; one naming a dead root with a nudge.
+#[test]
+fn a_late_report_gets_the_proposal() {
+    // 3's acknowledgement lost: the root holds its proposal, undecided.
+    let mut ms = drive_by_hand(4, |from, _, m| !(from == 3 && m.kind() == "ack"));
+    let (hash, prop) = (ms[0].view().hash(), ms[0].decision().cloned());
+    assert!(prop.is_none());
+    let up = |root| GcMsg {
+        tag: 7,
+        view_hash: hash,
+        failed: std::sync::Arc::new(vec![]),
+        body: Body::Up {
+            root,
+            max_term: 0,
+            acked: None,
+        },
+    };
+    let out = ms[0].handle(GcIn::Msg {
+        from: 1,
+        msg: up(0),
+    });
+    assert!(
+        matches!(
+            out.as_slice(),
+            [GcOut::Send { to: 1, msg: GcMsg { body: Body::Propose { value, .. }, .. } }]
+                if value.group().to_vec() == vec![0, 1, 2, 3]
+        ),
+        "{out:?}"
+    );
+    // A report to root 0 reaching 2 after 0 died: a nudge (and 2's own moves).
+    ms[2].handle(GcIn::PeerGone { rank: 0 });
+    let out = ms[2].handle(GcIn::Msg {
+        from: 3,
+        msg: up(0),
+    });
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, GcOut::Send { to: 3, msg } if msg.kind() == "nudge")),
+        "{out:?}"
+    );
 }

@@ -795,3 +795,26 @@ fn a_late_report_gets_the_proposal() {
         "{out:?}"
     );
 }
+
+/// A proposal received again (the same ballot) is acknowledged again and not passed down the
+/// tree a second time.
+#[test]
+fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
+    let seen = std::cell::RefCell::new(None);
+    // 3's acknowledgement lost: nobody decides; 2 holds the proposal it passed to 3.
+    let mut ms = drive_by_hand(4, |from, to, m| {
+        if (from, to, m.kind()) == (0, 2, "propose") {
+            *seen.borrow_mut() = Some(m.clone());
+        }
+        !(from == 3 && m.kind() == "ack")
+    });
+    let propose = seen.into_inner().expect("0 proposed to 2");
+    let out = ms[2].handle(GcIn::Msg {
+        from: 0,
+        msg: propose,
+    });
+    assert!(
+        matches!(out.as_slice(), [GcOut::Send { to: 0, msg }] if msg.kind() == "ack"),
+        "{out:?}"
+    );
+}

@@ -818,3 +818,67 @@ fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
         "{out:?}"
     );
 }
+
+/// A death found inside the agreement: the root starts a new attempt (a higher ballot), which
+/// the others accept over the one they had; acknowledgements of the old attempt do not count
+/// for the new one (they get the new proposal); all three survivors decide without the dead.
+#[test]
+fn a_new_attempt_is_accepted_over_the_old_and_old_acks_do_not_count() {
+    let seen = std::cell::RefCell::new(None);
+    let mut ms = drive_by_hand(4, |from, to, m| {
+        if (from, to, m.kind()) == (0, 2, "propose") {
+            *seen.borrow_mut() = Some(m.clone());
+        }
+        !(from == 3 && m.kind() == "ack")
+    });
+    let Some(GcMsg {
+        body: Body::Propose { ballot: old, .. },
+        ..
+    }) = seen.into_inner()
+    else {
+        panic!("0 proposed to 2")
+    };
+    let mut queue: std::collections::VecDeque<(u32, GcOut)> = std::collections::VecDeque::new();
+    for r in 0..3u32 {
+        let out = ms[r as usize].handle(GcIn::PeerGone { rank: 3 });
+        queue.extend(out.into_iter().map(|o| (r, o)));
+    }
+    // Old acknowledgements reaching the root after its new attempt: answered with the new
+    // proposal, not counted.
+    for from in [1u32, 2] {
+        let view_hash = ms[0].view().hash();
+        let out = ms[0].handle(GcIn::Msg {
+            from,
+            msg: GcMsg {
+                tag: 7,
+                view_hash,
+                failed: std::sync::Arc::new(vec![]),
+                body: Body::Ack { ballot: old },
+            },
+        });
+        assert!(!ms[0].is_finished(), "an old ack counted");
+        assert!(
+            out.iter().any(|o| matches!(o, GcOut::Send { to, msg: GcMsg { body: Body::Propose { ballot, .. }, .. } } if *to == from && *ballot > old)),
+            "{out:?}"
+        );
+        queue.extend(out.into_iter().map(|o| (0, o)));
+    }
+    let mut delivered = 0;
+    while let Some((from, o)) = queue.pop_front() {
+        if let GcOut::Send { to, msg } = o {
+            if to < 3 {
+                delivered += 1;
+                assert!(delivered < 200, "no end");
+                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
+                queue.extend(out.into_iter().map(|o| (to, o)));
+            }
+        }
+    }
+    for m in &ms[..3] {
+        let d = m.outcome().expect("decided").expect("a member");
+        assert_eq!(
+            (d.group.to_vec(), d.failed.to_vec()),
+            (vec![0, 1, 2], vec![3])
+        );
+    }
+}

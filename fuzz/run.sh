@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs every fuzz target (modex node and proc blobs; transport, runtime and fence messages) for
-# SECONDS seconds each (default 60), starting from the checked-in seed corpus
+# Runs every fuzz target (modex node and proc blobs; transport, runtime, fence and group-creation
+# messages) for SECONDS seconds each (default 60), starting from the checked-in seed corpus
 # (fuzz/corpus/TARGET, read only: new inputs go to a scratch dir). Exits non-zero if a target
 # crashes; the crashing input is left in fuzz/artifacts/TARGET/ (turn it into a regression:
 # copy it to fuzz/regressions/TARGET/ and run `cargo test -p openib --test modex_corpus
@@ -30,7 +30,7 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 status=0
 # FUZZ_TARGETS: the targets to run (default: all).
-for target in ${FUZZ_TARGETS:-node_blob proc_blob transport_msg runtime_msg fence_msg}; do
+for target in ${FUZZ_TARGETS:-node_blob proc_blob transport_msg runtime_msg fence_msg gc_msg}; do
   mkdir -p "$scratch/$target" "artifacts/$target"
   echo "fuzz/run.sh: $target for ${SECONDS_EACH}s" >&2
   # The regressions of a target, if it has any (git keeps no empty directory; libFuzzer

@@ -1,9 +1,11 @@
 //! The contracts of the protocol decoders other than the modex's, checked on arbitrary input:
-//! used by the fuzz targets `transport_msg`, `runtime_msg` and `fence_msg` (fuzz/) and by the
-//! corpus replay test (tests/wire_corpus.rs). Each function decodes untrusted bytes and, when
-//! the decoder accepts them, panics if a promise is broken:
+//! used by the fuzz targets `transport_msg`, `runtime_msg`, `fence_msg` and `gc_msg` (fuzz/) and
+//! by the corpus replay test (tests/wire_corpus.rs). Each function decodes untrusted bytes and,
+//! when the decoder accepts them, panics if a promise is broken:
 //! - a transport message re-encodes to the same bytes (its reserved bytes as zero);
-//! - a runtime or fence message re-encodes to bytes that decode to the same value.
+//! - a runtime or fence message re-encodes to bytes that decode to the same value;
+//! - a group-creation message ([`GcMsg`]) re-encodes to the very same bytes (its encoding has
+//!   no slack: flags are 0 or 1, rank lists strictly ascending, no trailing bytes).
 //!
 //! Rejection is always fine; only a panic inside a decoder or a broken promise is a bug. The
 //! seed functions give one valid input per message kind, the fuzzers' starting corpus.
@@ -14,8 +16,9 @@
 //! beyond the endpoint's limits is a bug; a failed endpoint is fine.
 
 use crate::runtime::fence::FenceMsg;
+use crate::runtime::group_create::wire::{self as gc_wire, tag as gc_tag, view_key, GcMsg};
 use crate::runtime::resilient::{example_messages, Gathered, ResMsg};
-use crate::runtime::wire::{self, Entry, Msg};
+use crate::runtime::wire::{self, Entry, Msg, WireError};
 use crate::runtime::Scope;
 use crate::transport::peer::PeerLimits;
 use crate::transport::peer_model::Model;
@@ -333,6 +336,227 @@ pub fn check_fence_msg(b: &[u8]) -> bool {
     true
 }
 
+/// Checks one group-creation message (`GcMsg`, issue 32's protocol): if the decoder accepts
+/// it, it re-encodes to exactly `b` and decodes again to the same message.
+pub fn check_gc_msg(b: &[u8]) -> bool {
+    let Ok(m) = GcMsg::decode(b) else {
+        return false;
+    };
+    let again = m.encode();
+    assert_eq!(again, b, "encode(decode(b)) != b");
+    assert_eq!(GcMsg::decode(&again), Ok(m), "decode(encode(m)) != m");
+    true
+}
+
+/// Group-creation messages that break one rule of the wire form each, and the error the
+/// decoder must give for it: every malformation has its own error (name and offset), so a
+/// peer's bad message is reported as what it is.
+pub fn gc_msg_malformed() -> Vec<(Vec<u8>, WireError)> {
+    // The header: tag, op tag, view hash, then the sender's failed ranks.
+    fn header(t: u8, hash: u64, failed: &[u32]) -> Vec<u8> {
+        let mut b = vec![t];
+        b.extend(0x0102_0304_0506_0708u64.to_le_bytes());
+        b.extend(hash.to_le_bytes());
+        list(&mut b, failed);
+        b
+    }
+    fn list(b: &mut Vec<u8>, xs: &[u32]) {
+        b.extend((xs.len() as u32).to_le_bytes());
+        for x in xs {
+            b.extend(x.to_le_bytes());
+        }
+    }
+    fn u32s(b: &mut Vec<u8>, xs: &[u32]) {
+        for x in xs {
+            b.extend(x.to_le_bytes());
+        }
+    }
+    // A view: U, I, then the exclusions as given.
+    fn view(b: &mut Vec<u8>, u: &[u32], i: &[u32], ex: &[(u32, u32)]) {
+        list(b, u);
+        list(b, i);
+        b.extend((ex.len() as u32).to_le_bytes());
+        for (x, k) in ex {
+            u32s(b, &[*x, *k]);
+        }
+    }
+    let good_view = |b: &mut Vec<u8>| view(b, &[0, 1, 2], &[0, 2], &[(1, 2)]);
+    let good_hash = view_key(&[0, 1, 2], &[0, 2]);
+    const HEADER: usize = 21; // with no failed ranks
+    let full = |u: &[u32], i: &[u32], ex: &[(u32, u32)]| {
+        let mut b = header(gc_tag::FULL, view_key(u, i), &[]);
+        view(&mut b, u, i, ex);
+        b.push(0);
+        b
+    };
+    let invalid = |what, offset| WireError::Invalid { what, offset };
+    let mut cases = vec![
+        (
+            vec![],
+            WireError::Truncated {
+                what: "group-create tag",
+                offset: 0,
+            },
+        ),
+        (vec![0x28], WireError::UnknownTag { tag: 0x28 }),
+        (
+            vec![gc_tag::HELLO, 1, 2, 3],
+            WireError::Truncated {
+                what: "op tag",
+                offset: 1,
+            },
+        ),
+        (
+            header(gc_tag::HELLO, 0, &[5, 3]),
+            invalid("failed rank", 25),
+        ),
+        (
+            {
+                let mut b = header(gc_tag::NUDGE, 0, &[]);
+                b[17..21].copy_from_slice(&u32::MAX.to_le_bytes());
+                b
+            },
+            WireError::Truncated {
+                what: "failed rank",
+                offset: 17,
+            },
+        ),
+        (
+            {
+                let mut b = header(gc_tag::HELLO, 0, &[1]);
+                b.push(0);
+                b
+            },
+            WireError::Trailing { len: 1 },
+        ),
+        (
+            {
+                let mut b = header(gc_tag::UP, 0, &[]);
+                u32s(&mut b, &[0, 3]);
+                b.push(2);
+                b
+            },
+            WireError::BadValue {
+                what: "acked flag",
+                value: 2,
+                offset: HEADER + 8,
+            },
+        ),
+        (
+            {
+                let mut b = header(gc_tag::FULL, good_hash, &[]);
+                good_view(&mut b);
+                b.push(7);
+                b
+            },
+            WireError::BadValue {
+                what: "reply flag",
+                value: 7,
+                offset: HEADER + 40,
+            },
+        ),
+        (
+            {
+                let mut b = header(gc_tag::FULL, good_hash ^ 1, &[]);
+                good_view(&mut b);
+                b.push(1);
+                b
+            },
+            invalid("view hash", 9),
+        ),
+        (
+            full(&[2, 1], &[], &[(1, 0), (2, 0)]),
+            invalid("member", HEADER + 8),
+        ),
+        (
+            full(&[1, 2], &[2, 1], &[]),
+            invalid("common member", HEADER + 12 + 8),
+        ),
+        (
+            full(&[1, 2], &[1, 3], &[(2, 1)]),
+            invalid("common set outside the members", HEADER + 12),
+        ),
+        (
+            full(&[1, 2, 3], &[1], &[(2, 1)]),
+            invalid("exclusions", HEADER + 16 + 8),
+        ),
+        (
+            full(&[1, 2, 3], &[1], &[(3, 1), (2, 1)]),
+            invalid("exclusion order", HEADER + 16 + 8 + 4 + 8),
+        ),
+        (
+            {
+                let mut b = header(gc_tag::FULL, 0, &[]);
+                list(&mut b, &[]);
+                list(&mut b, &[]);
+                b.extend(u32::MAX.to_le_bytes());
+                b
+            },
+            WireError::Truncated {
+                what: "exclusion count",
+                offset: HEADER + 8,
+            },
+        ),
+        (
+            {
+                // A proposal whose value lists its dead out of order.
+                let mut b = header(gc_tag::PROPOSE, 0, &[]);
+                u32s(&mut b, &[1, 0, 0]);
+                good_view(&mut b);
+                list(&mut b, &[2, 2]);
+                u32s(&mut b, &[0]);
+                b
+            },
+            invalid("value's failed rank", HEADER + 12 + 40 + 8),
+        ),
+        (
+            {
+                let mut b = header(gc_tag::ACK, 0, &[]);
+                u32s(&mut b, &[1, 0]);
+                b
+            },
+            WireError::Truncated {
+                what: "ballot attempt",
+                offset: HEADER + 8,
+            },
+        ),
+        (
+            header(gc_tag::COMMIT, 0, &[]),
+            WireError::Truncated {
+                what: "committing root",
+                offset: HEADER,
+            },
+        ),
+    ];
+    // An Up whose accepted proposal is cut inside its value's root.
+    let mut up = header(gc_tag::UP, 0, &[]);
+    u32s(&mut up, &[0, 3]);
+    up.push(1);
+    u32s(&mut up, &[2, 1, 0]);
+    good_view(&mut up);
+    list(&mut up, &[]);
+    up.extend([0, 0]);
+    let at = up.len() - 2;
+    cases.push((
+        up,
+        WireError::Truncated {
+            what: "value root",
+            offset: at,
+        },
+    ));
+    cases
+}
+
+/// The `gc_msg` target's corpus: one valid message of every body kind (the examples of
+/// [`gc_wire::example_messages`]), then the malformed ones of [`gc_msg_malformed`].
+pub fn gc_msg_seeds() -> Vec<Vec<u8>> {
+    gc_wire::example_messages()
+        .iter()
+        .map(GcMsg::encode)
+        .chain(gc_msg_malformed().into_iter().map(|(b, _)| b))
+        .collect()
+}
+
 /// One valid message of every transport kind.
 pub fn transport_seeds() -> Vec<Vec<u8>> {
     let region = Rts {
@@ -426,6 +650,24 @@ mod tests {
         for s in fence_seeds() {
             assert!(check_fence_msg(&s), "{s:?}");
         }
+        let valid = gc_wire::example_messages().len();
+        for (i, s) in gc_msg_seeds().iter().enumerate() {
+            assert_eq!(check_gc_msg(s), i < valid, "gc seed {i}: {s:?}");
+        }
+    }
+
+    /// Each malformed group-creation message gets exactly its own error, and no two share one.
+    #[test]
+    fn every_gc_malformation_has_its_own_error() {
+        let cases = gc_msg_malformed();
+        for (b, want) in &cases {
+            assert_eq!(GcMsg::decode(b).as_ref(), Err(want), "{b:?}");
+        }
+        for (i, (_, a)) in cases.iter().enumerate() {
+            for (_, b) in &cases[i + 1..] {
+                assert_ne!(a, b, "two malformations with one error");
+            }
+        }
     }
 
     /// The honest scripts run to the end with every message delivered; each hostile one
@@ -496,6 +738,11 @@ mod tests {
                     .map(|s| (check_runtime_msg as _, s)),
             )
             .chain(fence_seeds().into_iter().map(|s| (check_fence_msg as _, s)))
+            .chain(
+                gc_wire::example_messages()
+                    .iter()
+                    .map(|m| (check_gc_msg as _, m.encode())),
+            )
             .collect();
         for (check, seed) in all {
             for n in 0..seed.len() {

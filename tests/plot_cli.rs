@@ -1,5 +1,5 @@
-//! The plots: `openib plot` of a saved `openib bench --json` or `scripts/anchors --save`
-//! document, and `openib modex size --svg`. Each SVG parses, has its axis labels and one
+//! The plots: `openib plot` of a saved `openib bench --json`, `scripts/anchors --save` or
+//! `openib sim group-create --json` document, and `openib modex size --svg`. Each SVG parses, has its axis labels and one
 //! curve per system. (`openib bench --svg` itself runs in the guest: softroce_transport.)
 
 #[path = "common/svg.rs"]
@@ -291,6 +291,8 @@ fn the_committed_plots_are_complete() {
         "bench --json --svg /tmp/bench.svg",
         "scripts/anchors --iters 100 --warmup 20 --rounds 3 --save docs/plots/anchors.json --svg docs/plots/anchors.svg",
         "modex size --nodes 1024 --ppn 64 --fixture tests/fixtures/ib-dual-port.json --svg docs/plots/modex-size.svg",
+        "sim group-create --max-procs 65536 --json > docs/plots/group-create.json",
+        "plot --svg docs/plots/group-create.svg docs/plots/group-create.json",
     ] {
         assert!(readme.contains(cmd), "docs/plots/README.md: {cmd}");
     }
@@ -313,6 +315,30 @@ fn the_committed_plots_are_complete() {
             "Open MPI 1.3 openib BTL",
             "floor (distinct values, no keys)",
         ],
+    );
+    svg::check(
+        &read("group-create.svg"),
+        &GROUP_CREATE_LABELS,
+        &GROUP_CREATE_SERIES,
+    );
+    // The group-creation data: p = 16 to 65,536, every run judged right, and redrawn the same.
+    let gc: Value = serde_json::from_str(&read("group-create.json")).unwrap();
+    let rows = gc["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 7 * 4);
+    assert_eq!(rows.last().unwrap()["p"], 65536);
+    assert!(rows.iter().all(|r| r["problems"] == json!([])));
+    let out = tmp("re-group-create.svg");
+    let o = openib(&[
+        "plot",
+        "--svg",
+        out.to_str().unwrap(),
+        dir.join("group-create.json").to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    svg::check(
+        &std::fs::read_to_string(&out).unwrap(),
+        &GROUP_CREATE_LABELS,
+        &GROUP_CREATE_SERIES,
     );
     // The JSON beside them redraws the same curves.
     for (json, series) in [
@@ -467,6 +493,114 @@ fn an_anchors_osc_document_plots_each_operation_per_system() {
     assert_eq!(o.status.code(), Some(1));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("no \"osc\" object"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}
+
+/// The legend names of the group-creation plot (issue 32): a curve per failure count and the
+/// three reference lines.
+const GROUP_CREATE_SERIES: [&str; 7] = [
+    "group create, no failure",
+    "group create, 1 failure",
+    "group create, 2 failures",
+    "group create, 4 failures",
+    "bound 2⌈log2 p⌉ + 2",
+    "resilient fence 4⌈log2 p⌉",
+    "bound p log2 p (log2 p per process)",
+];
+
+const GROUP_CREATE_LABELS: [&str; 5] = [
+    "processes p",
+    "Steps to the last survivor's decision",
+    "Messages per process",
+    "messages / p",
+    "steps (message hops, critical path)",
+];
+
+/// `openib sim group-create --json` measures p = 16 and 64 (failure-free: the bound's steps
+/// and 5 (p - 1) messages; every run judged right), and `openib plot` draws the document: a
+/// curve per failure count and the reference lines, told by its kind or by `--group-create`.
+#[test]
+fn group_create_measurement_plots_steps_and_messages_against_p() {
+    let o = openib(&["sim", "group-create", "--max-procs", "64", "--json"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let doc: Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(doc["kind"], "group-create-sim");
+    let rows = doc["rows"].as_array().unwrap();
+    let points: Vec<(u64, u64)> = rows
+        .iter()
+        .map(|r| (r["p"].as_u64().unwrap(), r["failures"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        points,
+        [16, 64]
+            .iter()
+            .flat_map(|&p| [0, 1, 2, 4].map(|f| (p, f)))
+            .collect::<Vec<_>>()
+    );
+    for r in rows {
+        let p = r["p"].as_u64().unwrap();
+        let log2_p = if p == 16 { 4 } else { 6 };
+        assert_eq!(r["problems"], json!([]), "{r}");
+        assert_eq!(
+            (&r["steps_bound"], &r["fence_steps"], &r["log2_p"]),
+            (&json!(2 * log2_p + 2), &json!(4 * log2_p), &json!(log2_p))
+        );
+        if r["failures"] == 0 {
+            assert_eq!(
+                (&r["runs"], &r["steps_max"]),
+                (&json!(1), &r["steps_bound"])
+            );
+            assert_eq!(r["messages_mean"], json!(5 * (p - 1)), "{r}");
+        } else {
+            assert_eq!(r["runs"], doc["seeds_with_failures"]);
+            assert!(
+                r["messages_mean"].as_u64().unwrap() > 5 * (p - 1) / 2,
+                "{r}"
+            );
+        }
+    }
+    let input = tmp("group-create.json");
+    std::fs::write(&input, &o.stdout).unwrap();
+    for flag in [None, Some("--group-create")] {
+        let out = tmp("group-create.svg");
+        let mut args = vec!["plot", "--svg", out.to_str().unwrap()];
+        args.extend(flag);
+        args.push(input.to_str().unwrap());
+        let o = openib(&args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let all = svg::check(
+            &std::fs::read_to_string(&out).unwrap(),
+            &GROUP_CREATE_LABELS,
+            &GROUP_CREATE_SERIES,
+        );
+        assert!(all.contains("issue 32"), "default title: {all}");
+        assert!(all.contains("worst of 3 seeds"), "{all}");
+    }
+    // Text: the table's rows; a p below 16 is bad usage.
+    let o = openib(&["sim", "group-create", "--max-procs", "16"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(text.contains("| 16 | 0 | 10 | 10 | 75 | 4.69 |"), "{text}");
+    assert_eq!(text.lines().count(), 2 + 4, "{text}");
+    let o = openib(&["sim", "group-create", "--max-procs", "8"]);
+    assert_eq!(o.status.code(), Some(2));
+    // --group-create on another document: exit 1 naming what is missing.
+    let other = tmp("not-group-create.json");
+    std::fs::write(&other, bench_doc().to_string()).unwrap();
+    let out = tmp("never.svg");
+    let o = openib(&[
+        "plot",
+        "--group-create",
+        "--svg",
+        out.to_str().unwrap(),
+        other.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("no \"rows\" array (openib sim group-create --json)"),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

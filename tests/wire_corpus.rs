@@ -1,6 +1,7 @@
 //! The protocol decoders' fuzz corpus as tests: every seed (fuzz/corpus/{transport_msg,
-//! runtime_msg,fence_msg}) and every input kept in fuzz/regressions/ goes through its decoder
-//! contract (`openib::wire_oracle`), which panics on a broken promise.
+//! runtime_msg,fence_msg,gc_msg}) and every input kept in fuzz/regressions/ goes through its
+//! decoder contract (`openib::wire_oracle`), which panics on a broken promise. The seeds are
+//! valid messages, except `gc_msg`'s last ones: malformed messages the decoder must reject.
 //!
 //! Regenerate the seed corpus (small, checked in) with
 //!     cargo test -p openib --test wire_corpus -- --ignored write_seed_corpus
@@ -11,18 +12,34 @@ compile_error!(
 );
 
 use openib::wire_oracle::{
-    check_fence_msg, check_runtime_msg, check_transport_input, fence_seeds, runtime_seeds,
-    transport_corpus,
+    check_fence_msg, check_gc_msg, check_runtime_msg, check_transport_input, fence_seeds,
+    gc_msg_malformed, gc_msg_seeds, runtime_seeds, transport_corpus,
 };
 use std::path::{Path, PathBuf};
 
 type Check = fn(&[u8]) -> bool;
 type Seeds = fn() -> Vec<Vec<u8>>;
+/// How many of a target's seeds (the last ones) are malformed, to be rejected.
+type Rejected = fn() -> usize;
 
-const TARGETS: [(&str, Check, Seeds); 3] = [
-    ("transport_msg", check_transport_input, transport_corpus),
-    ("runtime_msg", check_runtime_msg, runtime_seeds),
-    ("fence_msg", check_fence_msg, fence_seeds),
+fn none() -> usize {
+    0
+}
+
+fn gc_rejected() -> usize {
+    gc_msg_malformed().len()
+}
+
+const TARGETS: [(&str, Check, Seeds, Rejected); 4] = [
+    (
+        "transport_msg",
+        check_transport_input,
+        transport_corpus,
+        none,
+    ),
+    ("runtime_msg", check_runtime_msg, runtime_seeds, none),
+    ("fence_msg", check_fence_msg, fence_seeds, none),
+    ("gc_msg", check_gc_msg, gc_msg_seeds, gc_rejected),
 ];
 
 fn files(rel: &str) -> Vec<Vec<u8>> {
@@ -41,15 +58,21 @@ fn files(rel: &str) -> Vec<Vec<u8>> {
 
 #[test]
 fn seed_corpus_and_regressions_keep_the_contract() {
-    for (target, check, seeds) in TARGETS {
+    for (target, check, seeds, rejected) in TARGETS {
         let corpus = files(&format!("fuzz/corpus/{target}"));
         assert_eq!(
-            corpus.len(),
-            seeds().len(),
+            corpus,
+            seeds(),
             "{target}: the checked-in corpus is not the seeds (regenerate it)"
         );
-        for b in &corpus {
-            assert!(check(b), "{target}: a seed is rejected: {b:?}");
+        let valid = corpus.len() - rejected();
+        for (i, b) in corpus.iter().enumerate() {
+            assert_eq!(
+                check(b),
+                i < valid,
+                "{target}: seed {i} is {}: {b:?}",
+                if i < valid { "rejected" } else { "accepted" }
+            );
         }
         for b in files(&format!("fuzz/regressions/{target}")) {
             check(&b);
@@ -66,7 +89,7 @@ fn write_seed_corpus() {
             .display()
             .to_string()
     });
-    for (target, _, seeds) in TARGETS {
+    for (target, _, seeds, _) in TARGETS {
         let d = Path::new(&root).join(target);
         std::fs::create_dir_all(&d).unwrap();
         for (i, b) in seeds().iter().enumerate() {

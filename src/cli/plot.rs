@@ -8,7 +8,8 @@
 //! kind is told by its shape (`"summary"` and `"config"`: anchors; `"results"`: bench); the
 //! one-sided figures of `scripts/anchors --osc` (its `"osc"` object: latency per operation
 //! and put bandwidth) with `--osc`, or by themselves when the document has no point-to-point
-//! system.
+//! system; the group-creation measurement of `openib sim group-create --json` (its `"kind"`
+//! is `"group-create-sim"`; or `--group-create`): steps and messages per process against p.
 
 use super::exit;
 use plotters::coord::combinators::{BindKeyPoints, LogCoord, WithKeyPoints};
@@ -705,6 +706,85 @@ pub fn osc_figure(doc: &Value, title: Option<&str>) -> Result<Figure, PlotError>
     check_drawable(fig)
 }
 
+/// The legend name of a group-creation series with `f` failures.
+fn failures_name(f: u64) -> String {
+    match f {
+        0 => "group create, no failure".into(),
+        1 => "group create, 1 failure".into(),
+        f => format!("group create, {f} failures"),
+    }
+}
+
+/// The figures of an `openib sim group-create --json` document: steps to the decision and
+/// messages per process against p, one series per failure count (its `"rows"`' `steps_max`
+/// and `messages_per_process`), with the reference lines the rows carry: the failure-free
+/// bound `2 ceil(log2 p) + 2` (`steps_bound`), the resilient fence's `4 ceil(log2 p)` steps
+/// (`fence_steps`) and the `p log2 p` message bound, `log2 p` per process (`log2_p`).
+pub fn group_create_figure(doc: &Value, title: Option<&str>) -> Result<Figure, PlotError> {
+    let rows = doc.get("rows").and_then(Value::as_array).ok_or_else(|| {
+        PlotError::Input("no \"rows\" array (openib sim group-create --json)".into())
+    })?;
+    let mut failures: Vec<u64> = rows
+        .iter()
+        .filter_map(|r| r.get("failures").and_then(Value::as_u64))
+        .collect();
+    failures.sort_unstable();
+    failures.dedup();
+    let curve = |name: String, key: &str, f: Option<u64>| Series {
+        name,
+        points: rows
+            .iter()
+            .filter(|r| f.is_none_or(|f| r.get("failures").and_then(Value::as_u64) == Some(f)))
+            .filter_map(|r| Some((num(r, "p")?, num(r, key)?)))
+            .collect(),
+    };
+    // A reference line once per p (from the failure-free rows, or the first failure count's).
+    let reference = |name: &str, key: &str| curve(name.into(), key, failures.first().copied());
+    let mut steps: Vec<Series> = failures
+        .iter()
+        .map(|&f| curve(failures_name(f), "steps_max", Some(f)))
+        .collect();
+    steps.push(reference("bound 2⌈log2 p⌉ + 2", "steps_bound"));
+    steps.push(reference("resilient fence 4⌈log2 p⌉", "fence_steps"));
+    let mut msgs: Vec<Series> = failures
+        .iter()
+        .map(|&f| curve(failures_name(f), "messages_per_process", Some(f)))
+        .collect();
+    msgs.push(reference("bound p log2 p (log2 p per process)", "log2_p"));
+    let seeds = doc
+        .get("seeds_with_failures")
+        .and_then(Value::as_u64)
+        .unwrap_or(1);
+    let fig = Figure {
+        title: title.map_or_else(
+            || "Creating a group that survives failures (issue 32), simulated".to_string(),
+            str::to_string,
+        ),
+        note: Some(format!(
+            "same group passed by all; victims die at random in the tree, in the agreement or on their first proposal; with failures, steps: the worst of {seeds} seeds, messages: their mean"
+        )),
+        panels: vec![
+            Panel {
+                title: "Steps to the last survivor's decision".into(),
+                x_desc: "processes p".into(),
+                y_desc: "steps (message hops, critical path)".into(),
+                x_axis: Axis::Count,
+                y_axis: Axis::Value,
+                series: steps,
+            },
+            Panel {
+                title: "Messages per process".into(),
+                x_desc: "processes p".into(),
+                y_desc: "messages / p".into(),
+                x_axis: Axis::Count,
+                y_axis: Axis::Value,
+                series: msgs,
+            },
+        ],
+    };
+    check_drawable(fig)
+}
+
 fn check_drawable(fig: Figure) -> Result<Figure, PlotError> {
     if fig
         .panels
@@ -727,7 +807,9 @@ pub fn figure_of(doc: &Value, title: Option<&str>) -> Result<Figure, PlotError> 
         .pointer("/config/systems")
         .and_then(Value::as_array)
         .is_some_and(Vec::is_empty);
-    if doc.get("osc").is_some() && no_p2p {
+    if doc.get("kind").and_then(Value::as_str) == Some("group-create-sim") {
+        group_create_figure(doc, title)
+    } else if doc.get("osc").is_some() && no_p2p {
         osc_figure(doc, title)
     } else if doc.get("summary").is_some() && doc.get("config").is_some() {
         anchors_figure(doc, title)
@@ -735,7 +817,7 @@ pub fn figure_of(doc: &Value, title: Option<&str>) -> Result<Figure, PlotError> 
         bench_figure(doc, title)
     } else {
         Err(PlotError::Input(
-            "neither scripts/anchors --save (\"summary\", \"config\") nor openib bench --json (\"results\")"
+            "neither scripts/anchors --save (\"summary\", \"config\"), openib bench --json (\"results\") nor openib sim group-create --json (\"kind\": \"group-create-sim\")"
                 .into(),
         ))
     }
@@ -750,9 +832,14 @@ pub struct PlotArgs {
     #[arg(long)]
     pub title: Option<String>,
     /// Draw the one-sided figures of a `scripts/anchors --osc --save` document.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "group_create")]
     pub osc: bool,
-    /// The JSON document: `openib bench --json` or `scripts/anchors --save FILE`; - for stdin.
+    /// Draw the group-creation measurement of an `openib sim group-create --json` document
+    /// (steps and messages per process against p; also told by its `"kind"`).
+    #[arg(long)]
+    pub group_create: bool,
+    /// The JSON document: `openib bench --json`, `scripts/anchors --save FILE` or `openib sim
+    /// group-create --json`; - for stdin.
     #[arg(value_name = "INPUT|-", default_value = "-")]
     pub input: String,
 }
@@ -780,6 +867,8 @@ pub fn run(a: &PlotArgs) -> i32 {
             .map_err(|e| PlotError::Input(format!("{}: {e}", a.input)))?;
         let fig = if a.osc {
             osc_figure(&doc, a.title.as_deref())?
+        } else if a.group_create {
+            group_create_figure(&doc, a.title.as_deref())?
         } else {
             figure_of(&doc, a.title.as_deref())?
         };

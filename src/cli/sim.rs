@@ -1,8 +1,14 @@
 //! `openib sim fence --procs P --failures F --seed S [--seeds N] [--json]`: runs the resilient fence
 //! ([`crate::runtime::resilient`]) for P virtual processes in the deterministic simulator
 //! ([`crate::sim`]) with F random failures, and reports rounds, messages and the agreement.
+//!
+//! `openib sim group-create [--max-procs N] [--json]`: measures group creation (issue 32,
+//! [`crate::runtime::group_create`]) in its simulator: steps and messages against p = 16, 64,
+//! ..., N, failure-free and with 1, 2 and 4 failures ([`group_create::sim::measure`]); the JSON
+//! document is what `openib plot` draws.
 
 use super::exit;
+use crate::runtime::group_create;
 use crate::sim::{run as simulate, SimConfig};
 
 #[derive(clap::Subcommand, Debug)]
@@ -11,6 +17,24 @@ pub enum SimCmd {
     /// it, during the agreement); exit 0 when every survivor agreed and every process that
     /// decided before dying decided the same (uniform agreement).
     Fence(FenceArgs),
+    /// Measure group creation (issue 32) in its simulator: steps and messages per process
+    /// against p = 16, 64, ..., --max-procs (times 4), failure-free and with 1, 2 and 4
+    /// failures; exit 0 when the judge found every run right (termination, uniform
+    /// agreement, validity).
+    GroupCreate(GroupCreateArgs),
+}
+
+#[derive(clap::Args, Debug)]
+pub struct GroupCreateArgs {
+    /// The largest p (16..=65536): p runs over 16, 64, 256, ... up to it.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65536))]
+    pub max_procs: u32,
+    /// Print one JSON document: {"kind": "group-create-sim", "failures": [0, 1, 2, 4],
+    /// "seeds_with_failures", "rows": [{"p", "failures", "runs", "steps_max",
+    /// "messages_mean", "messages_per_process", "steps_bound", "fence_steps",
+    /// "log2_p", "problems"}]} (what `openib plot` draws).
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(clap::Args, Debug)]
@@ -41,6 +65,91 @@ pub struct FenceArgs {
 pub fn run(cmd: SimCmd) -> i32 {
     match cmd {
         SimCmd::Fence(a) => fence(&a),
+        SimCmd::GroupCreate(a) => group_create_sweep(&a),
+    }
+}
+
+/// The p of the sweep: 16, 64, ... up to `max`.
+fn sweep_procs(max: u32) -> Vec<u32> {
+    std::iter::successors(Some(16u32), |p| p.checked_mul(4))
+        .take_while(|&p| p <= max)
+        .collect()
+}
+
+/// The JSON row of one measured point: the measurement, and the reference lines at its p
+/// (the failure-free bound `2 ceil(log2 p) + 2`, the resilient fence's `4 ceil(log2 p)`
+/// steps, and `ceil(log2 p)`, the `p log2 p` message bound per process).
+fn measured_row(m: &group_create::sim::Measured) -> serde_json::Value {
+    let log2_p = group_create::sim::log2_ceil(m.p);
+    serde_json::json!({
+        "p": m.p,
+        "failures": m.failures,
+        "runs": m.runs,
+        "steps_max": m.steps_max,
+        "messages_mean": m.messages_mean,
+        "messages_per_process": m.messages_mean as f64 / f64::from(m.p),
+        "steps_bound": 2 * log2_p + 2,
+        "fence_steps": 4 * log2_p,
+        "log2_p": log2_p,
+        "problems": m.problems,
+    })
+}
+
+fn group_create_sweep(a: &GroupCreateArgs) -> i32 {
+    let procs = sweep_procs(a.max_procs);
+    let failures = group_create::sim::MEASURED_FAILURES;
+    let progress = super::progress::Progress::new(
+        (procs.len() * failures.len()) as u64,
+        "openib sim group-create",
+        a.json,
+    );
+    let mut rows = Vec::new();
+    let mut all_right = true;
+    if !a.json {
+        println!("| p | failures | steps (max) | bound 2*ceil(log2 p)+2 | messages (mean) | per process |");
+        println!("|---|---|---|---|---|---|");
+    }
+    for &p in &procs {
+        for f in failures {
+            progress.set_message(format!("p={p} failures={f}"));
+            let m = group_create::sim::measure(p, f);
+            all_right &= m.problems.is_empty();
+            let row = measured_row(&m);
+            if !a.json {
+                progress.suspend(|| {
+                    println!(
+                        "| {p} | {f} | {} | {} | {} | {:.2} |",
+                        m.steps_max,
+                        row["steps_bound"],
+                        m.messages_mean,
+                        row["messages_per_process"].as_f64().unwrap_or(0.0)
+                    );
+                    for e in &m.problems {
+                        println!("  problem: {e}");
+                    }
+                });
+            }
+            rows.push(row);
+            progress.inc(1);
+        }
+    }
+    progress.finish();
+    if a.json {
+        let doc = serde_json::json!({
+            "kind": "group-create-sim",
+            "failures": failures,
+            "seeds_with_failures": group_create::sim::MEASURED_SEEDS,
+            "rows": rows,
+        });
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&doc).expect("a document serializes")
+        );
+    }
+    if all_right {
+        exit::OK
+    } else {
+        exit::ERROR
     }
 }
 

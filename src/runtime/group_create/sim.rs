@@ -82,6 +82,30 @@ impl SimConfig {
         c
     }
 
+    /// The random case of `seed`: 1 to `max_p` processes, up to 12 victims, groups that
+    /// differ for none, 5 %, 20 % or 60 % of them, random delays and detection delays (the
+    /// regression set and the stress runs).
+    pub fn random_case(seed: u64, max_p: u64) -> SimConfig {
+        let mut rng = Rng::new(seed);
+        let p = 1 + rng.below(max_p) as u32;
+        let f = rng.below(u64::from(p).min(12)) as u32;
+        let differ = [0.0, 0.05, 0.2, 0.6][rng.below(4) as usize];
+        SimConfig::random(p, f, differ, seed)
+    }
+
+    /// A harsher random case: most groups differ, long delays and detection delays, up to
+    /// all but one process dying.
+    pub fn harsh_case(seed: u64, max_p: u64) -> SimConfig {
+        let mut rng = Rng::new(seed ^ 0x5eed);
+        let p = 1 + rng.below(max_p) as u32;
+        let f = rng.below(u64::from(p)) as u32;
+        let differ = 0.5 + rng.below(50) as f64 / 100.0;
+        let mut c = SimConfig::random(p, f, differ, seed);
+        c.max_delay = rng.below(10);
+        c.max_detect_delay = rng.below(10);
+        c
+    }
+
     /// A random case: `p` processes; most pass one base group (every rank, or all but a few),
     /// about one in `1 / differ` passes it with a few ranks removed or added; `f` victims dying
     /// before the call, at a random time, inside the agreement or right after deciding;
@@ -686,5 +710,79 @@ fn judge(
                 Err(e) => problems.push(format!("survivor {x}: {e}")),
             }
         }
+    }
+}
+
+/// The failure counts of the measurement (issue 32: failure-free, and 1, 2 and 4 failures).
+pub const MEASURED_FAILURES: [u32; 4] = [0, 1, 2, 4];
+
+/// Seeds per point with failures (failure-free runs are one seed: they do not vary).
+pub const MEASURED_SEEDS: u64 = 3;
+
+/// One point of the measurement: `p` processes passing the same group, `failures` of them
+/// dying at random times in the tree or the agreement, or on their first proposal.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Measured {
+    pub p: u32,
+    pub failures: u32,
+    /// Runs (seeds 0, 1, ...).
+    pub runs: u64,
+    /// The largest `steps` of the runs ([`SimReport::steps`]).
+    pub steps_max: u64,
+    /// The mean of the runs' messages (rounded down).
+    pub messages_mean: u64,
+    /// What the judge found wrong in any run, with its seed (empty: every run terminated,
+    /// agreed and was valid).
+    pub problems: Vec<String>,
+}
+
+/// `ceil(log2 p)`, 0 for p <= 1.
+pub fn log2_ceil(p: u32) -> u64 {
+    u64::from(32 - (p.max(1) - 1).leading_zeros())
+}
+
+/// Runs the point (`p`, `failures`) of the measurement: one run without failures, else
+/// [`MEASURED_SEEDS`] runs, each with `failures` distinct victims (`failures` < `p`), each
+/// dying on its first proposal (a third of them) or at a random time below the failure-free
+/// run's `2 ceil(log2 p) + 2` steps. Deterministic: the same point gives the same numbers.
+pub fn measure(p: u32, failures: u32) -> Measured {
+    assert!(failures < p, "someone must survive");
+    let (mut steps_max, mut msgs, mut runs) = (0u64, 0u64, 0u64);
+    let mut problems = Vec::new();
+    for seed in 0..if failures == 0 { 1 } else { MEASURED_SEEDS } {
+        let mut c = SimConfig::same_groups(p, seed);
+        let mut rng = Rng::new(seed ^ (u64::from(p) << 8) ^ u64::from(failures));
+        let depth = log2_ceil(p);
+        let mut victims = BTreeSet::new();
+        while (victims.len() as u32) < failures {
+            victims.insert(rng.below(u64::from(p)) as u32);
+        }
+        c.failures = victims
+            .into_iter()
+            .map(|v| {
+                let w = match rng.below(3) {
+                    0 => When::OnFirst("propose"),
+                    _ => When::At(rng.below(2 * depth + 2)),
+                };
+                (v, w)
+            })
+            .collect();
+        let r = run(&c);
+        problems.extend(
+            r.problems
+                .iter()
+                .map(|e| format!("p={p} failures={failures} seed={seed}: {e}")),
+        );
+        steps_max = steps_max.max(r.steps);
+        msgs += r.messages;
+        runs += 1;
+    }
+    Measured {
+        p,
+        failures,
+        runs,
+        steps_max,
+        messages_mean: msgs / runs,
+        problems,
     }
 }

@@ -1,6 +1,6 @@
 //! Unit tests: the wire form, and the protocol in the simulator (the cases of issue 32).
 
-use super::sim::{run, SimConfig, SimReport, When};
+use super::sim::{log2_ceil, run, SimConfig, SimReport, When};
 use super::wire::*;
 use super::{tag_of, GcIn, GcOut, GroupCreate, GroupCreateError, Value, View};
 use crate::runtime::wire::WireError;
@@ -219,28 +219,6 @@ fn messages_with_failures_stay_below_p_log_p() {
     }
 }
 
-/// The random case of `seed`: 1 to `max_p` processes, up to 12 victims, groups that differ
-/// for none, 5 %, 20 % or 60 % of them, random delays and detection delays.
-fn random_case(seed: u64, max_p: u64) -> SimConfig {
-    let mut rng = crate::runtime::sim_support::Rng::new(seed);
-    let p = 1 + rng.below(max_p) as u32;
-    let f = rng.below(u64::from(p).min(12)) as u32;
-    let differ = [0.0, 0.05, 0.2, 0.6][rng.below(4) as usize];
-    SimConfig::random(p, f, differ, seed)
-}
-
-/// A harsher random case: most groups differ, long delays, up to all but one dying.
-fn harsh_case(seed: u64, max_p: u64) -> SimConfig {
-    let mut rng = crate::runtime::sim_support::Rng::new(seed ^ 0x5eed);
-    let p = 1 + rng.below(max_p) as u32;
-    let f = rng.below(u64::from(p)) as u32;
-    let differ = 0.5 + rng.below(50) as f64 / 100.0;
-    let mut c = SimConfig::random(p, f, differ, seed);
-    c.max_delay = rng.below(10);
-    c.max_detect_delay = rng.below(10);
-    c
-}
-
 fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|s| s.parse().ok())
 }
@@ -256,21 +234,17 @@ fn value_of(r: &SimReport, rank: u32) -> &Value {
     r.values[rank as usize].as_ref().expect("decided")
 }
 
-fn log2_ceil(p: u32) -> u64 {
-    u64::from(32 - (p.max(1) - 1).leading_zeros())
-}
-
 /// Seeds that found bugs while the protocol was written, and a fixed sweep.
 #[test]
 fn regression_seeds() {
     for seed in [114u64, 269, 1030, 3898].into_iter().chain(0..250) {
-        check(&run(&random_case(seed, 60)), "regression");
+        check(&run(&SimConfig::random_case(seed, 60)), "regression");
     }
     // 1024943: the root re-proposing another root's value commits to one process and dies;
     // the commit must name the deciding root (not the value's author) so that those holding it
     // pass it on.
     for seed in [1_024_943u64].into_iter().chain(0..100) {
-        check(&run(&harsh_case(seed, 24)), "regression (harsh)");
+        check(&run(&SimConfig::harsh_case(seed, 24)), "regression (harsh)");
     }
 }
 
@@ -288,25 +262,8 @@ fn random_seeds_each_run() {
     for i in 0..150 {
         let seed = base.wrapping_add(i);
         check(
-            &run(&random_case(seed, 80)),
+            &run(&SimConfig::random_case(seed, 80)),
             &format!("replay with SIM_SEED={seed}"),
-        );
-    }
-}
-
-/// Many random cases (`SIM_RUNS`, default 20,000, from `SIM_SEED`, at most
-/// `SIM_MAXP` processes): `cargo test --lib group_create::tests::stress -- --ignored`.
-#[test]
-#[ignore]
-fn stress() {
-    let runs = env_u64("SIM_RUNS").unwrap_or(20_000);
-    let base = env_u64("SIM_SEED").unwrap_or(1);
-    let max_p = env_u64("SIM_MAXP").unwrap_or(60);
-    for i in 0..runs {
-        let seed = base.wrapping_add(i);
-        check(
-            &run(&random_case(seed, max_p)),
-            &format!("stress SIM_SEED={seed} SIM_MAXP={max_p}"),
         );
     }
 }
@@ -610,59 +567,6 @@ fn the_judge_catches_wrong_outcomes() {
     );
 }
 
-/// Steps and messages against p, failure-free and with 1, 2 and 4 failures (victims at random
-/// times in the tree or the agreement, or on their first proposal; 3 seeds each, the worst
-/// steps and the mean messages). A measurement, not a pass/fail bound beyond the judge:
-/// `SIM_MAXP=65536 cargo test -p openib --lib group_create::tests::measure -- --ignored
-/// --nocapture`.
-#[test]
-#[ignore]
-fn measure() {
-    let max_p = env_u64("SIM_MAXP").unwrap_or(4096) as u32;
-    println!(
-        "| p | failures | steps (max) | bound 2*ceil(log2 p)+2 | messages (mean) | per process |"
-    );
-    println!("|---|---|---|---|---|---|");
-    let mut p = 16u32;
-    while p <= max_p {
-        for f in [0u32, 1, 2, 4] {
-            let (mut steps, mut msgs, mut runs) = (0u64, 0u64, 0u64);
-            for seed in 0..if f == 0 { 1 } else { 3 } {
-                let mut c = SimConfig::same_groups(p, seed);
-                let mut rng =
-                    crate::runtime::sim_support::Rng::new(seed ^ u64::from(p) << 8 ^ u64::from(f));
-                let depth = log2_ceil(p);
-                let mut victims = std::collections::BTreeSet::new();
-                while (victims.len() as u32) < f {
-                    victims.insert(rng.below(u64::from(p)) as u32);
-                }
-                c.failures = victims
-                    .into_iter()
-                    .map(|v| {
-                        let w = match rng.below(3) {
-                            0 => When::OnFirst("propose"),
-                            _ => When::At(rng.below(2 * depth + 2)),
-                        };
-                        (v, w)
-                    })
-                    .collect();
-                let r = run(&c);
-                check(&r, &format!("measure p={p} f={f}"));
-                steps = steps.max(r.steps);
-                msgs += r.messages;
-                runs += 1;
-            }
-            let mean = msgs / runs;
-            println!(
-                "| {p} | {f} | {steps} | {} | {mean} | {:.2} |",
-                2 * log2_ceil(p) + 2,
-                mean as f64 / f64::from(p)
-            );
-        }
-        p *= 4;
-    }
-}
-
 /// Uniform agreement when everyone that had the decision dies: the root and the lowest ranks
 /// (who receive its commit first) die right after deciding, the root's commits half sent.
 /// The survivors must decide what the dead decided: a new root re-proposes the highest
@@ -738,19 +642,243 @@ fn api_start_tags_and_deadline() {
     assert!(out.iter().any(|o| matches!(o, GcOut::Decided(Ok(_)))));
 }
 
-/// Harsher random cases than [`stress`]: most groups differ, long delays and detection delays,
-/// up to every process but one dying (`SIM_RUNS`, `SIM_SEED`, `SIM_MAXP`).
+/// The accessors and the string tag's hash (FNV-1a 64, its published vectors): a started
+/// machine that has not decided says so, and names its rank and tag.
 #[test]
-#[ignore]
-fn stress_harsh() {
-    let runs = env_u64("SIM_RUNS").unwrap_or(5_000);
-    let base = env_u64("SIM_SEED").unwrap_or(1);
-    let max_p = env_u64("SIM_MAXP").unwrap_or(24);
-    for i in 0..runs {
-        let seed = base.wrapping_add(i);
-        check(
-            &run(&harsh_case(seed, max_p)),
-            &format!("stress_harsh SIM_SEED={seed} SIM_MAXP={max_p}"),
+fn accessors_and_the_string_tag_hash() {
+    use crate::runtime::{Group, ProcSet};
+    assert_eq!(tag_of(""), 0xcbf2_9ce4_8422_2325);
+    assert_eq!(tag_of("a"), 0xaf63_dc4c_8601_ec8c);
+    assert_eq!(tag_of("foobar"), 0x8594_4171_f739_67e8);
+    let g = Group::new(4, ProcSet::Ranks(&[0, 1, 2, 3]), &[]);
+    let (m, _) = GroupCreate::start(2, tag_of("t"), &g, None).unwrap();
+    assert_eq!((m.me(), m.tag()), (2, tag_of("t")));
+    assert!(!m.is_finished());
+    assert!(m.decision().is_none() && m.outcome().is_none());
+    // The simulator's report of a stuck run: rank, root, view sizes, ...
+    assert!(
+        m.describe().starts_with("rank 2 root 0 U 4 I 4 dead []"),
+        "{}",
+        m.describe()
+    );
+}
+
+/// Runs machines for ranks `0..p` (all passing every rank, deadline 100 ms) by hand, delivering
+/// every message `keep(from, to, msg)` allows until none is left; returns the machines.
+fn drive_by_hand(p: u32, keep: impl Fn(u32, u32, &GcMsg) -> bool) -> Vec<GroupCreate> {
+    let all: Vec<u32> = (0..p).collect();
+    drive_group_by_hand(p, &all, &[], keep)
+}
+
+/// [`drive_by_hand`] for the participants `ranks` of a job of `p`, all passing `ranks`, each
+/// told by its detector at the start that `dead` died.
+fn drive_group_by_hand(
+    p: u32,
+    ranks: &[u32],
+    dead: &[u32],
+    keep: impl Fn(u32, u32, &GcMsg) -> bool,
+) -> Vec<GroupCreate> {
+    use crate::runtime::{Group, ProcSet};
+    let g = Group::new(p, ProcSet::Ranks(ranks), &[]);
+    let mut queue = std::collections::VecDeque::new();
+    let mut ms: Vec<GroupCreate> = Vec::new();
+    for &r in ranks {
+        let (mut m, out) = GroupCreate::start(r, 7, &g, Some(100)).unwrap();
+        queue.extend(out.into_iter().map(|o| (r, o)));
+        for &d in dead {
+            let out = m.handle(GcIn::PeerGone { rank: d });
+            queue.extend(out.into_iter().map(|o| (r, o)));
+        }
+        assert!(dead.iter().all(|d| m.known_failed().contains(d)));
+        ms.push(m);
+    }
+    while let Some((from, o)) = queue.pop_front() {
+        if let GcOut::Send { to, msg } = o {
+            let Some(at) = ranks.iter().position(|&r| r == to) else {
+                continue;
+            };
+            if keep(from, to, &msg) {
+                let out = ms[at].handle(GcIn::Msg { from, msg });
+                queue.extend(out.into_iter().map(|o| (to, o)));
+            }
+        }
+    }
+    ms
+}
+
+/// The decision's failed set holds dead participants only: a dead process of the job that no
+/// group names is not among them.
+#[test]
+fn the_failed_set_names_dead_participants_only() {
+    let ms = drive_group_by_hand(5, &[0, 1, 3], &[2, 4], |_, _, _| true);
+    for m in &ms {
+        let d = m.outcome().expect("decided").expect("a member");
+        assert_eq!(
+            (d.group.to_vec(), d.failed.to_vec()),
+            (vec![0, 1, 3], vec![])
+        );
+    }
+}
+
+fn timed_out_waiting(m: &mut GroupCreate) -> Vec<u32> {
+    assert!(!m.is_finished());
+    match m.handle(GcIn::Tick { now_ms: 100 }).as_slice() {
+        [GcOut::TimedOut { waiting }] => waiting.clone(),
+        other => panic!("rank {}: {other:?}", m.me()),
+    }
+}
+
+/// Whom a timed-out process names: in the tree, its parent and the children that have not
+/// reported; a root with a proposal out, the live participants that have not acknowledged it.
+/// (Binomial tree of 4: 0 -> 1, 2; 2 -> 3.)
+#[test]
+fn a_timeout_names_whom_it_waits_for() {
+    // Rank 3 silent (nothing to or from it): 2 waits for its child 3 and its parent 0; the
+    // root for 2 (1 has reported).
+    let mut ms = drive_by_hand(4, |from, to, _| from != 3 && to != 3);
+    assert_eq!(timed_out_waiting(&mut ms[2]), vec![0, 3]);
+    assert_eq!(timed_out_waiting(&mut ms[0]), vec![2]);
+    // Only 3's acknowledgement lost: the root waits for 3 alone.
+    let mut ms = drive_by_hand(4, |from, _, m| !(from == 3 && m.kind() == "ack"));
+    assert!(ms[0].decision().is_none());
+    assert_eq!(timed_out_waiting(&mut ms[0]), vec![3]);
+    // Without losses, everyone decides the whole group.
+    let ms = drive_by_hand(4, |_, _, _| true);
+    for m in &ms {
+        assert!(m.is_finished());
+        assert_eq!(
+            m.outcome().unwrap().unwrap().group.to_vec(),
+            vec![0, 1, 2, 3]
+        );
+    }
+}
+
+/// A report that reaches a process past its gather (it holds a proposal) is answered with the
+/// proposal; one naming a dead root with a nudge.
+#[test]
+fn a_late_report_gets_the_proposal() {
+    // 3's acknowledgement lost: the root holds its proposal, undecided.
+    let mut ms = drive_by_hand(4, |from, _, m| !(from == 3 && m.kind() == "ack"));
+    let (hash, prop) = (ms[0].view().hash(), ms[0].decision().cloned());
+    assert!(prop.is_none());
+    let up = |root| GcMsg {
+        tag: 7,
+        view_hash: hash,
+        failed: std::sync::Arc::new(vec![]),
+        body: Body::Up {
+            root,
+            max_term: 0,
+            acked: None,
+        },
+    };
+    let out = ms[0].handle(GcIn::Msg {
+        from: 1,
+        msg: up(0),
+    });
+    assert!(
+        matches!(
+            out.as_slice(),
+            [GcOut::Send { to: 1, msg: GcMsg { body: Body::Propose { value, .. }, .. } }]
+                if value.group().to_vec() == vec![0, 1, 2, 3]
+        ),
+        "{out:?}"
+    );
+    // A report to root 0 reaching 2 after 0 died: a nudge (and 2's own moves).
+    ms[2].handle(GcIn::PeerGone { rank: 0 });
+    let out = ms[2].handle(GcIn::Msg {
+        from: 3,
+        msg: up(0),
+    });
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, GcOut::Send { to: 3, msg } if msg.kind() == "nudge")),
+        "{out:?}"
+    );
+}
+
+/// A proposal received again (the same ballot) is acknowledged again and not passed down the
+/// tree a second time.
+#[test]
+fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
+    let seen = std::cell::RefCell::new(None);
+    // 3's acknowledgement lost: nobody decides; 2 holds the proposal it passed to 3.
+    let mut ms = drive_by_hand(4, |from, to, m| {
+        if (from, to, m.kind()) == (0, 2, "propose") {
+            *seen.borrow_mut() = Some(m.clone());
+        }
+        !(from == 3 && m.kind() == "ack")
+    });
+    let propose = seen.into_inner().expect("0 proposed to 2");
+    let out = ms[2].handle(GcIn::Msg {
+        from: 0,
+        msg: propose,
+    });
+    assert!(
+        matches!(out.as_slice(), [GcOut::Send { to: 0, msg }] if msg.kind() == "ack"),
+        "{out:?}"
+    );
+}
+
+/// A death found inside the agreement: the root starts a new attempt (a higher ballot), which
+/// the others accept over the one they had; acknowledgements of the old attempt do not count
+/// for the new one (they get the new proposal); all three survivors decide without the dead.
+#[test]
+fn a_new_attempt_is_accepted_over_the_old_and_old_acks_do_not_count() {
+    let seen = std::cell::RefCell::new(None);
+    let mut ms = drive_by_hand(4, |from, to, m| {
+        if (from, to, m.kind()) == (0, 2, "propose") {
+            *seen.borrow_mut() = Some(m.clone());
+        }
+        !(from == 3 && m.kind() == "ack")
+    });
+    let Some(GcMsg {
+        body: Body::Propose { ballot: old, .. },
+        ..
+    }) = seen.into_inner()
+    else {
+        panic!("0 proposed to 2")
+    };
+    let mut queue: std::collections::VecDeque<(u32, GcOut)> = std::collections::VecDeque::new();
+    for r in 0..3u32 {
+        let out = ms[r as usize].handle(GcIn::PeerGone { rank: 3 });
+        queue.extend(out.into_iter().map(|o| (r, o)));
+    }
+    // Old acknowledgements reaching the root after its new attempt: answered with the new
+    // proposal, not counted.
+    for from in [1u32, 2] {
+        let view_hash = ms[0].view().hash();
+        let out = ms[0].handle(GcIn::Msg {
+            from,
+            msg: GcMsg {
+                tag: 7,
+                view_hash,
+                failed: std::sync::Arc::new(vec![]),
+                body: Body::Ack { ballot: old },
+            },
+        });
+        assert!(!ms[0].is_finished(), "an old ack counted");
+        assert!(
+            out.iter().any(|o| matches!(o, GcOut::Send { to, msg: GcMsg { body: Body::Propose { ballot, .. }, .. } } if *to == from && *ballot > old)),
+            "{out:?}"
+        );
+        queue.extend(out.into_iter().map(|o| (0, o)));
+    }
+    let mut delivered = 0;
+    while let Some((from, o)) = queue.pop_front() {
+        if let GcOut::Send { to, msg } = o {
+            if to < 3 {
+                delivered += 1;
+                assert!(delivered < 200, "no end");
+                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
+                queue.extend(out.into_iter().map(|o| (to, o)));
+            }
+        }
+    }
+    for m in &ms[..3] {
+        let d = m.outcome().expect("decided").expect("a member");
+        assert_eq!(
+            (d.group.to_vec(), d.failed.to_vec()),
+            (vec![0, 1, 2], vec![3])
         );
     }
 }

@@ -362,12 +362,13 @@ fn get_view(d: &mut Dec<'_>) -> Result<View, WireError> {
     let n = d.count("exclusion count", 8)?;
     let mut excluded_by: Vec<(u32, u32)> = Vec::with_capacity(n);
     for _ in 0..n {
+        let pair_at = d.pos();
         let x = d.u32("excluded rank")?;
         let k = d.u32("excluded by")?;
         if excluded_by.last().is_some_and(|&(last, _)| last >= x) {
             return Err(WireError::Invalid {
                 what: "exclusion order",
-                offset: at,
+                offset: pair_at,
             });
         }
         excluded_by.push((x, k));
@@ -392,7 +393,7 @@ fn get_view(d: &mut Dec<'_>) -> Result<View, WireError> {
 
 fn get_value(d: &mut Dec<'_>) -> Result<Value, WireError> {
     let view = get_view(d)?;
-    let failed = get_ranks(d, "failed rank")?;
+    let failed = get_ranks(d, "value's failed rank")?;
     let root = d.u32("value root")?;
     Ok(Value::new(view, Arc::new(failed), root))
 }

@@ -37,8 +37,10 @@ fn no_failures_takes_log_p_rounds_and_4_messages_per_process() {
         for seed in 0..if p > 1000 { 1 } else { 3 } {
             let r = run(&cfg(p, vec![], seed));
             check(&r);
-            // Gather, propose, ack, commit: each at most the tree depth.
-            assert!(r.rounds <= 4 * log2_ceil(p), "p={p}: {} rounds", r.rounds);
+            // Gather and propose, each at most the tree depth; the acks straight to the root
+            // and its commits straight back, one step each (issue 32's bound).
+            let bound = if p == 1 { 0 } else { 2 * log2_ceil(p) + 2 };
+            assert!(r.rounds <= bound, "p={p}: {} rounds", r.rounds);
             assert_eq!(r.messages, 4 * (p as u64 - 1), "p={p}");
             assert!(r.failed.is_empty());
         }
@@ -105,6 +107,12 @@ fn processes_that_die_right_after_deciding_decided_the_same() {
                 c.max_detect_delay = rng.below(4);
                 let r = run(&c);
                 check(&r);
+                if k == 2 {
+                    // Every live member decides one step after the root (its commits go
+                    // straight to them): a root dying two steps after deciding mostly dies
+                    // after the fence ended. Checked, not counted.
+                    continue;
+                }
                 runs += 1;
                 hit += u32::from(!r.decided_then_died.is_empty());
                 root_hit += u32::from(r.decided_then_died.first() == Some(&0));
@@ -259,7 +267,7 @@ fn measure() {
     println!("|---|---|---|---|---|---|");
     for p in [16u32, 64, 256, 1024, 4096] {
         let l = log2_ceil(p);
-        let base_rounds = 4 * l;
+        let base_rounds = 2 * l + 2;
         let base_msgs = 4 * (u64::from(p) - 1);
         let mut fs = vec![0, 1, 2, p / 100, p / 10];
         fs.dedup();
@@ -295,7 +303,7 @@ fn measure() {
                     assert_eq!(msgs, seeds * base_msgs, "{row}");
                 }
                 1 | 2 => {
-                    assert!(hi <= base_rounds + f64_ * (2 * l + d), "{row}");
+                    assert!(hi <= base_rounds + f64_ * (2 * l + 2 + d), "{row}");
                     assert!(msgs <= seeds * (base_msgs + f64_ * 2 * p64), "{row}");
                 }
                 _ => {
@@ -328,7 +336,7 @@ fn measure() {
             let k = u64::from(k);
             let row = format!("p={p} k={k}: {} rounds, {} messages", r.rounds, r.messages);
             assert_eq!(r.dead.len() as u64, k, "every root in turn died: {row}");
-            assert!(r.rounds <= 4 * l + k * (2 * l + d), "{row}");
+            assert!(r.rounds <= 2 * l + 2 + k * (2 * l + 2 + d), "{row}");
             assert!(r.messages <= 4 * (p64 - 1) + k * 4 * p64, "{row}");
         }
     }

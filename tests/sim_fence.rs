@@ -247,17 +247,20 @@ fn all_but_one_die() {
 /// `cargo test --release --test sim_fence -- --ignored --nocapture measure`.
 ///
 /// - every run agrees (uniformly: [`check`]);
-/// - no failure: exactly `4 ceil(log2 p)` rounds and `4 (p - 1)` messages;
+/// - no failure: exactly `2 ceil(log2 p) + 2` rounds (L = ceil(log2 p)) and `4 (p - 1)`
+///   messages;
 /// - f = 1, 2 random failures: a failure away from the root is a local repair, a dead root
 ///   "a new gather and agreement (about 2 log2 p more rounds and up to 2p more messages)":
-///   max rounds <= `4L + f (2L + D)` (D = the detection delay, at most 4 rounds here), mean
-///   messages <= `4 (p - 1) + f 2p`;
-/// - f = p/100, p/10: "about twice the failure-free rounds and messages, not f times": mean
-///   rounds and messages at most 2.5 times the failure-free ones, max rounds at most 3 times;
+///   max rounds <= `2L + 2 + f (2L + 2 + D)` (D = the detection delay, at most 4 rounds
+///   here), mean messages <= `4 (p - 1) + f 2p`;
+/// - f = p/100, p/10: "about three times the failure-free rounds and messages, not f times":
+///   mean rounds and messages at most 3 times the failure-free ones, max rounds at most 3.5
+///   times (the first protocol, whose failure-free rounds were twice as many, stayed within
+///   2.5 and 3 times; in absolute rounds this one is faster in every row);
 /// - k roots dying in turn, each on its first ack: "each costs a detection delay plus one more
-///   gather and agreement": rounds <= `4L + k (2L + D)`, messages <= `4 (p - 1) + k 4p` (a
-///   gather and agreement is at most four messages per process; PERFORMANCE.md: one root dying at
-///   its first ack costs 2.4p more at p = 256).
+///   gather and agreement": rounds <= `2L + 2 + k (2L + 2 + D)`, messages <= `4 (p - 1) + k 4p`
+///   (a gather and agreement is at most four messages per process; PERFORMANCE.md: one root
+///   dying at its first ack costs 2.6p more at p = 256).
 #[test]
 #[ignore]
 fn measure() {
@@ -316,10 +319,10 @@ fn measure() {
                     bound(msgs <= seeds * mean_msgs, "mean messages", &row);
                 }
                 _ => {
-                    // Mean <= 2.5x: sum * 2 <= seeds * base * 5.
-                    bound(2 * sum <= 5 * seeds * base_rounds, "mean rounds", &row);
-                    bound(2 * msgs <= 5 * seeds * base_msgs, "mean messages", &row);
-                    bound(hi <= 3 * base_rounds, "max rounds", &row);
+                    // Mean <= 3x, max <= 3.5x.
+                    bound(sum <= 3 * seeds * base_rounds, "mean rounds", &row);
+                    bound(msgs <= 3 * seeds * base_msgs, "mean messages", &row);
+                    bound(2 * hi <= 7 * base_rounds, "max rounds", &row);
                 }
             }
         }

@@ -684,11 +684,11 @@ impl ResilientFence {
             }
             Body::Accepted { ballot } => {
                 match &self.proposal {
-                    Some((b, _)) if *b == ballot => {
-                        // Only a live member's acceptance counts (a dead one is not waited for).
-                        if self.idx(from).is_some_and(|i| !self.dead[i]) {
-                            self.acks.insert(from);
-                        }
+                    // Only a live member's acceptance counts (a dead one is not waited for).
+                    Some((b, _))
+                        if *b == ballot && self.idx(from).is_some_and(|i| !self.dead[i]) =>
+                    {
+                        self.acks.insert(from);
                     }
                     Some((b, value)) if ballot.0 == self.root && ballot < *b => {
                         // An acceptance of an older attempt: send the current one.

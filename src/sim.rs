@@ -486,6 +486,61 @@ mod tests {
         assert!(dead_deciders > 32, "{dead_deciders}");
     }
 
+    fn log2_ceil(p: u32) -> u64 {
+        u64::from(32 - (p.max(1) - 1).leading_zeros())
+    }
+
+    /// Issue 32's bound for the job-wide fence: failure-free, at most `2 ceil(log2 p) + 2`
+    /// steps (the gather up the tree, the proposal down, the acknowledgements straight to the
+    /// root, its commits straight back; the first protocol took `4 ceil(log2 p)`, 48 here), in
+    /// `4 (p - 1)` messages, one of each kind per member but the root.
+    #[test]
+    fn failure_free_steps_at_4096() {
+        let p = 4096u32;
+        let r = run(&SimConfig::random(p, 0, 3));
+        assert!(r.agreed, "{:?}", r.problems);
+        assert_eq!(r.rounds, 2 * log2_ceil(p) + 2, "{:?}", r.by_kind);
+        assert_eq!(r.messages, 4 * u64::from(p - 1), "{:?}", r.by_kind);
+        let each = u64::from(p - 1);
+        let want: BTreeMap<String, u64> = ["ack", "commit", "propose", "up"]
+            .into_iter()
+            .map(|k| (k.to_string(), each))
+            .collect();
+        assert_eq!(r.by_kind, want);
+        // Small jobs too, powers of two or not.
+        for p in [2u32, 3, 5, 8, 33, 100] {
+            let r = run(&SimConfig::random(p, 0, 1));
+            assert!(r.agreed, "{:?}", r.problems);
+            assert!(r.rounds <= 2 * log2_ceil(p) + 2, "p={p}: {}", r.rounds);
+            assert_eq!(r.messages, 4 * u64::from(p - 1), "p={p}");
+        }
+    }
+
+    /// With f random failures (before the call, early, inside the agreement, on the first
+    /// commit; the root among the victims a quarter of the time), the messages stay below
+    /// `p log2 p`, and every run agrees.
+    #[test]
+    fn messages_with_failures_stay_below_p_log_p() {
+        let p = 1024u32;
+        let bound = u64::from(p) * log2_ceil(p);
+        let mut root_died = 0;
+        for f in [1u32, 2, 4] {
+            for seed in 0..6u64 {
+                let r = run(&SimConfig::random(p, f, seed));
+                assert!(r.agreed, "f={f} seed={seed}: {:?}", r.problems);
+                assert!(
+                    r.messages < bound,
+                    "f={f} seed={seed}: {} messages {:?}",
+                    r.messages,
+                    r.by_kind
+                );
+                root_died += usize::from(r.dead.contains(&0));
+            }
+        }
+        // The costly case (a new root's gather and agreement) is among them.
+        assert!(root_died >= 2, "{root_died}");
+    }
+
     #[test]
     fn a_lone_process_agrees_at_once() {
         let r = run(&SimConfig::random(1, 0, 1));

@@ -37,8 +37,10 @@ fn no_failures_takes_log_p_rounds_and_4_messages_per_process() {
         for seed in 0..if p > 1000 { 1 } else { 3 } {
             let r = run(&cfg(p, vec![], seed));
             check(&r);
-            // Gather, propose, ack, commit: each at most the tree depth.
-            assert!(r.rounds <= 4 * log2_ceil(p), "p={p}: {} rounds", r.rounds);
+            // Gather and propose, each at most the tree depth; the acks straight to the root
+            // and its commits straight back, one step each (issue 32's bound).
+            let bound = if p == 1 { 0 } else { 2 * log2_ceil(p) + 2 };
+            assert!(r.rounds <= bound, "p={p}: {} rounds", r.rounds);
             assert_eq!(r.messages, 4 * (p as u64 - 1), "p={p}");
             assert!(r.failed.is_empty());
         }
@@ -105,6 +107,12 @@ fn processes_that_die_right_after_deciding_decided_the_same() {
                 c.max_detect_delay = rng.below(4);
                 let r = run(&c);
                 check(&r);
+                if k == 2 {
+                    // Every live member decides one step after the root (its commits go
+                    // straight to them): a root dying two steps after deciding mostly dies
+                    // after the fence ended. Checked, not counted.
+                    continue;
+                }
                 runs += 1;
                 hit += u32::from(!r.decided_then_died.is_empty());
                 root_hit += u32::from(r.decided_then_died.first() == Some(&0));
@@ -239,27 +247,37 @@ fn all_but_one_die() {
 /// `cargo test --release --test sim_fence -- --ignored --nocapture measure`.
 ///
 /// - every run agrees (uniformly: [`check`]);
-/// - no failure: exactly `4 ceil(log2 p)` rounds and `4 (p - 1)` messages;
+/// - no failure: exactly `2 ceil(log2 p) + 2` rounds (L = ceil(log2 p)) and `4 (p - 1)`
+///   messages;
 /// - f = 1, 2 random failures: a failure away from the root is a local repair, a dead root
 ///   "a new gather and agreement (about 2 log2 p more rounds and up to 2p more messages)":
-///   max rounds <= `4L + f (2L + D)` (D = the detection delay, at most 4 rounds here), mean
-///   messages <= `4 (p - 1) + f 2p`;
-/// - f = p/100, p/10: "about twice the failure-free rounds and messages, not f times": mean
-///   rounds and messages at most 2.5 times the failure-free ones, max rounds at most 3 times;
+///   max rounds <= `2L + 2 + f (2L + 2 + D)` (D = the detection delay, at most 4 rounds
+///   here), mean messages <= `4 (p - 1) + f 2p`;
+/// - f = p/100, p/10: "about three times the failure-free rounds and messages, not f times":
+///   mean rounds and messages at most 3 times the failure-free ones, max rounds at most 3.5
+///   times (the first protocol, whose failure-free rounds were twice as many, stayed within
+///   2.5 and 3 times; in absolute rounds this one is faster in every row);
 /// - k roots dying in turn, each on its first ack: "each costs a detection delay plus one more
-///   gather and agreement": rounds <= `4L + k (2L + D)`, messages <= `4 (p - 1) + k 4p` (a
-///   gather and agreement is at most four messages per process; PERFORMANCE.md: one root dying at
-///   its first ack costs 2.4p more at p = 256).
+///   gather and agreement": rounds <= `2L + 2 + k (2L + 2 + D)`, messages <= `4 (p - 1) + k 4p`
+///   (a gather and agreement is at most four messages per process; PERFORMANCE.md: one root
+///   dying at its first ack costs 2.6p more at p = 256).
 #[test]
 #[ignore]
 fn measure() {
+    // Every row is printed; the bounds a row breaks are listed at the end.
+    let mut broken: Vec<String> = Vec::new();
+    let mut bound = |ok: bool, what: &str, row: &str| {
+        if !ok {
+            broken.push(format!("{what}: {row}"));
+        }
+    };
     // Detection takes 1 to 1 + max_detect_delay rounds.
     let d = SimConfig::random(2, 0, 0).max_detect_delay + 1;
     println!("| p | f | rounds (min / mean / max) | messages (mean) | messages / p | agreed |");
     println!("|---|---|---|---|---|---|");
     for p in [16u32, 64, 256, 1024, 4096] {
         let l = log2_ceil(p);
-        let base_rounds = 4 * l;
+        let base_rounds = 2 * l + 2;
         let base_msgs = 4 * (u64::from(p) - 1);
         let mut fs = vec![0, 1, 2, p / 100, p / 10];
         fs.dedup();
@@ -287,22 +305,24 @@ fn measure() {
                 msgs as f64 / seeds as f64 / p as f64
             );
             let row = format!("p={p} f={f}: rounds {lo}..{hi}, sum {sum}, messages sum {msgs}");
-            assert_eq!(ok, seeds, "{row}");
+            bound(ok == seeds, "every run agrees", &row);
             let (f64_, p64) = (u64::from(f), u64::from(p));
             match f {
                 0 => {
-                    assert_eq!((lo, hi), (base_rounds, base_rounds), "{row}");
-                    assert_eq!(msgs, seeds * base_msgs, "{row}");
+                    bound((lo, hi) == (base_rounds, base_rounds), "rounds", &row);
+                    bound(msgs == seeds * base_msgs, "messages", &row);
                 }
                 1 | 2 => {
-                    assert!(hi <= base_rounds + f64_ * (2 * l + d), "{row}");
-                    assert!(msgs <= seeds * (base_msgs + f64_ * 2 * p64), "{row}");
+                    let max_rounds = base_rounds + f64_ * (2 * l + 2 + d);
+                    bound(hi <= max_rounds, "max rounds", &row);
+                    let mean_msgs = base_msgs + f64_ * 2 * p64;
+                    bound(msgs <= seeds * mean_msgs, "mean messages", &row);
                 }
                 _ => {
-                    // Mean <= 2.5x: sum * 2 <= seeds * base * 5.
-                    assert!(2 * sum <= 5 * seeds * base_rounds, "{row}");
-                    assert!(2 * msgs <= 5 * seeds * base_msgs, "{row}");
-                    assert!(hi <= 3 * base_rounds, "{row}");
+                    // Mean <= 3x, max <= 3.5x.
+                    bound(sum <= 3 * seeds * base_rounds, "mean rounds", &row);
+                    bound(msgs <= 3 * seeds * base_msgs, "mean messages", &row);
+                    bound(2 * hi <= 7 * base_rounds, "max rounds", &row);
                 }
             }
         }
@@ -327,11 +347,12 @@ fn measure() {
             check(&r);
             let k = u64::from(k);
             let row = format!("p={p} k={k}: {} rounds, {} messages", r.rounds, r.messages);
-            assert_eq!(r.dead.len() as u64, k, "every root in turn died: {row}");
-            assert!(r.rounds <= 4 * l + k * (2 * l + d), "{row}");
-            assert!(r.messages <= 4 * (p64 - 1) + k * 4 * p64, "{row}");
+            bound(r.dead.len() as u64 == k, "every root in turn died", &row);
+            bound(r.rounds <= 2 * l + 2 + k * (2 * l + 2 + d), "rounds", &row);
+            bound(r.messages <= 4 * (p64 - 1) + k * 4 * p64, "messages", &row);
         }
     }
+    assert!(broken.is_empty(), "bounds broken:\n{}", broken.join("\n"));
 }
 
 #[test]

@@ -20,13 +20,17 @@
 //! - **Gather** (`Up`): a member reports to its effective parent once every effective child
 //!   reported, with the data of its subtree. The report also carries the highest proposal the
 //!   member acknowledged (its Paxos "promise" for this root).
-//! - **Agreement**: the root proposes `(failed set, data)` down the tree (`Propose`), members
-//!   acknowledge up (`Ack`), the root commits (`Commit`). If the acknowledgements reveal a
-//!   failure not in the proposal, the root proposes again with it (a new sub-ballot). If the
-//!   root dies, the next lowest live member becomes root and gathers again; if any survivor
-//!   acknowledged a proposal, it re-proposes the highest one unchanged (it may already have been
-//!   committed somewhere), otherwise it proposes afresh. Committed members keep answering every
-//!   message with the decision.
+//! - **Agreement**: the root proposes `(failed set, data)` down the tree (`Propose`), every
+//!   member acknowledges straight to the root (`Accepted`), and the root, once every member
+//!   live in its view accepted, commits straight to every one of them (`Commit`): failure-free,
+//!   `2 ceil(log2 p) + 2` steps (the gather up, the proposal down, the two star steps). If the
+//!   acknowledgements reveal a failure not in the proposal, the root proposes again with it (a
+//!   new sub-ballot). If the root dies, the next lowest live member becomes root and gathers
+//!   again; if any survivor acknowledged a proposal, it re-proposes the highest one unchanged
+//!   (it may already have been committed somewhere), otherwise it proposes afresh. Committed
+//!   members keep answering every message with the decision, and once they know of a death the
+//!   decision does not name (the deciding root's, perhaps, mid-way through its commits) they
+//!   also send it to their tree neighbours.
 //!
 //! Assumptions: fail-stop processes, reliable channels between live processes (a message sent
 //! before the sender died may still arrive), and an accurate, eventually complete failure
@@ -72,12 +76,22 @@ pub enum Body {
     },
     /// Root -> down the tree.
     Propose { ballot: Ballot, value: Decision },
-    /// Up the tree: my whole subtree acknowledged `ballot`.
+    /// Up the tree: my whole subtree acknowledged `ballot` (the first protocol, which took
+    /// `4 ceil(log2 p)` steps). Still decoded, so its tag keeps its meaning; never sent, and
+    /// ignored, by this machine: [`Body::Accepted`] replaced it (every rank of a job runs the
+    /// same protocol, as it runs the same fence).
     Ack { ballot: Ballot },
-    /// The final decision (down the tree, and as the answer to anything once decided).
+    /// The final decision, down the tree (the first protocol). Decoded, never sent, ignored:
+    /// [`Body::Decided`] replaced it.
     Commit { value: Decision },
     /// Only the view: the answer to a message of a dead root (so the sender learns faster).
     Nudge,
+    /// Member -> root, straight: I (only I) accepted `ballot`.
+    Accepted { ballot: Ballot },
+    /// The final decision, made by the root `root`: from it straight to every live member, and
+    /// from any decided member as the answer to anything (and to its tree neighbours once
+    /// `root` is known dead).
+    Decided { root: u32, value: Decision },
 }
 
 /// A resilient-fence message.
@@ -94,9 +108,11 @@ impl ResMsg {
         match self.body {
             Body::Up { .. } => "up",
             Body::Propose { .. } => "propose",
-            Body::Ack { .. } => "ack",
-            Body::Commit { .. } => "commit",
+            Body::Ack { .. } => "ack-v1",
+            Body::Commit { .. } => "commit-v1",
             Body::Nudge => "nudge",
+            Body::Accepted { .. } => "ack",
+            Body::Decided { .. } => "commit",
         }
     }
 }
@@ -109,6 +125,8 @@ pub mod tag {
     pub const ACK: u8 = 0x13;
     pub const COMMIT: u8 = 0x14;
     pub const NUDGE: u8 = 0x15;
+    pub const ACCEPTED: u8 = 0x16;
+    pub const DECIDED: u8 = 0x17;
 }
 
 fn put_u32(out: &mut Vec<u8>, v: u32) {
@@ -201,6 +219,8 @@ impl ResMsg {
             Body::Ack { .. } => tag::ACK,
             Body::Commit { .. } => tag::COMMIT,
             Body::Nudge => tag::NUDGE,
+            Body::Accepted { .. } => tag::ACCEPTED,
+            Body::Decided { .. } => tag::DECIDED,
         };
         out.push(t);
         out.extend_from_slice(&self.epoch.to_le_bytes());
@@ -223,8 +243,12 @@ impl ResMsg {
                 put_ballot(&mut out, *ballot);
                 put_decision(&mut out, value);
             }
-            Body::Ack { ballot } => put_ballot(&mut out, *ballot),
+            Body::Ack { ballot } | Body::Accepted { ballot } => put_ballot(&mut out, *ballot),
             Body::Commit { value } => put_decision(&mut out, value),
+            Body::Decided { root, value } => {
+                put_u32(&mut out, *root);
+                put_decision(&mut out, value);
+            }
             Body::Nudge => {}
         }
         out
@@ -236,7 +260,7 @@ impl ResMsg {
     pub fn decode(buf: &[u8]) -> Result<ResMsg, WireError> {
         let mut d = Dec::new(buf);
         let t = d.u8("resilient fence tag")?;
-        if !(tag::UP..=tag::NUDGE).contains(&t) {
+        if !(tag::UP..=tag::DECIDED).contains(&t) {
             return Err(WireError::UnknownTag { tag: t });
         }
         let epoch = d.u64("epoch")?;
@@ -275,6 +299,13 @@ impl ResMsg {
                 ballot: get_ballot(&mut d)?,
             },
             tag::COMMIT => Body::Commit {
+                value: get_decision(&mut d)?,
+            },
+            tag::ACCEPTED => Body::Accepted {
+                ballot: get_ballot(&mut d)?,
+            },
+            tag::DECIDED => Body::Decided {
+                root: d.u32("deciding root")?,
                 value: get_decision(&mut d)?,
             },
             _ => Body::Nudge,
@@ -378,9 +409,12 @@ pub struct ResilientFence {
     /// Root only: whether the value may still change (chosen afresh by this root).
     fresh: bool,
     prop_sent: BTreeSet<u32>,
+    /// Root only: the live members that accepted the current proposal (straight to me).
     acks: BTreeSet<u32>,
-    ack_sent_to: Option<u32>,
-    decided: Option<Decision>,
+    /// The ballot I sent my `Accepted` for (to the root of that ballot).
+    ack_sent: Option<Ballot>,
+    /// The decision and the root that made it.
+    decided: Option<(u32, Decision)>,
     commit_sent: BTreeSet<u32>,
     done_emitted: bool,
     timed_out: bool,
@@ -427,7 +461,7 @@ impl ResilientFence {
             fresh: false,
             prop_sent: BTreeSet::new(),
             acks: BTreeSet::new(),
-            ack_sent_to: None,
+            ack_sent: None,
             decided: None,
             commit_sent: BTreeSet::new(),
             done_emitted: false,
@@ -455,7 +489,7 @@ impl ResilientFence {
 
     /// The agreed outcome, once decided.
     pub fn decision(&self) -> Option<&Decision> {
-        self.decided.as_ref()
+        self.decided.as_ref().map(|(_, d)| d)
     }
 
     /// This member's failed set now (the local detector merged with what messages told).
@@ -476,12 +510,7 @@ impl ResilientFence {
                     && self.deadline_ms.is_some_and(|d| now_ms >= d)
                 {
                     self.timed_out = true;
-                    let waiting = self
-                        .eff_children()
-                        .into_iter()
-                        .filter(|c| !self.reported.contains(c) && !self.acks.contains(c))
-                        .chain(self.eff_parent())
-                        .collect();
+                    let waiting = self.waiting_for();
                     out.push(ResOut::TimedOut { waiting });
                     return out;
                 }
@@ -500,6 +529,28 @@ impl ResilientFence {
         out
     }
 
+    /// Whom this member waits for: the root with a proposal, the live members that did not
+    /// accept it; another member with a proposal, the root (for its commit); before that, the
+    /// effective children that did not report, then the effective parent.
+    fn waiting_for(&self) -> Vec<u32> {
+        match (&self.proposal, self.eff_parent()) {
+            (Some(_), None) => self
+                .members
+                .iter()
+                .enumerate()
+                .filter(|&(i, r)| i != self.my_idx && !self.dead[i] && !self.acks.contains(r))
+                .map(|(_, r)| *r)
+                .collect(),
+            (Some(_), Some(_)) => vec![self.root],
+            (None, parent) => self
+                .eff_children()
+                .into_iter()
+                .filter(|c| !self.reported.contains(c))
+                .chain(parent)
+                .collect(),
+        }
+    }
+
     fn idx(&self, rank: u32) -> Option<usize> {
         self.members.binary_search(&rank).ok()
     }
@@ -511,6 +562,7 @@ impl ResilientFence {
                 if i != self.my_idx && !self.dead[i] {
                     self.dead[i] = true;
                     self.failed.insert(r);
+                    self.acks.remove(&r);
                     changed = true;
                 }
             }
@@ -579,21 +631,23 @@ impl ResilientFence {
     }
 
     fn on_msg(&mut self, from: u32, body: Body, out: &mut Vec<ResOut>) {
-        if let Some(d) = &self.decided {
-            if !matches!(body, Body::Commit { .. } | Body::Nudge) {
-                let value = d.clone();
-                self.send(from, Body::Commit { value }, out);
+        if let Some((root, value)) = &self.decided {
+            if !matches!(body, Body::Decided { .. } | Body::Nudge) {
+                let (root, value) = (*root, value.clone());
+                self.send(from, Body::Decided { root, value }, out);
             }
             return;
         }
         // The root as of the merged view.
         self.update_root();
         match body {
-            Body::Commit { value } => {
+            Body::Decided { root, value } => {
                 // No echo back to whoever told me.
                 self.commit_sent.insert(from);
-                self.decide(value)
+                self.decide(root, value)
             }
+            // The first protocol's messages: not this protocol's.
+            Body::Commit { .. } | Body::Ack { .. } => {}
             Body::Nudge => {}
             Body::Up { root, data, acked } => {
                 if root != self.root {
@@ -621,28 +675,23 @@ impl ResilientFence {
                     }
                     return;
                 }
-                let newer = self.proposal.as_ref().is_none_or(|(b, _)| ballot > *b);
-                if newer {
+                // A repeat (from an adopting grandparent, say) changes nothing: my acceptance
+                // went straight to the root.
+                if self.proposal.as_ref().is_none_or(|(b, _)| ballot > *b) {
                     self.proposal = Some((ballot, value));
                     self.prop_sent.clear();
-                    self.acks.clear();
-                    self.ack_sent_to = None;
-                } else if self.proposal.as_ref().is_some_and(|(b, _)| *b == ballot) {
-                    if let Some(p) = self.ack_sent_to {
-                        // A repeat (e.g. from an adopting grandparent): answer with the ack.
-                        if p != from {
-                            self.send(from, Body::Ack { ballot }, out);
-                        }
-                    }
                 }
             }
-            Body::Ack { ballot } => {
+            Body::Accepted { ballot } => {
                 match &self.proposal {
-                    Some((b, _)) if *b == ballot => {
+                    // Only a live member's acceptance counts (a dead one is not waited for).
+                    Some((b, _))
+                        if *b == ballot && self.idx(from).is_some_and(|i| !self.dead[i]) =>
+                    {
                         self.acks.insert(from);
                     }
                     Some((b, value)) if ballot.0 == self.root && ballot < *b => {
-                        // An ack of an older attempt: send the current one.
+                        // An acceptance of an older attempt: send the current one.
                         let (b, value) = (*b, value.clone());
                         self.send(from, Body::Propose { ballot: b, value }, out);
                     }
@@ -674,19 +723,19 @@ impl ResilientFence {
             self.fresh = false;
             self.prop_sent.clear();
             self.acks.clear();
-            self.ack_sent_to = None;
+            self.ack_sent = None;
         }
     }
 
     fn note_acked_own(&mut self, p: (Ballot, Decision)) {
-        // A proposal counts as acknowledged by me once I acked it; I ack only once my subtree
-        // did, but for safety any proposal I held and forwarded counts (a superset is safe).
+        // A proposal counts as acknowledged by me once I accepted it, which I do as soon as I
+        // hold it: every proposal I held counts.
         self.note_acked(Some(p));
     }
 
-    fn decide(&mut self, value: Decision) {
+    fn decide(&mut self, root: u32, value: Decision) {
         if self.decided.is_none() {
-            self.decided = Some(value);
+            self.decided = Some((root, value));
         }
     }
 
@@ -700,7 +749,7 @@ impl ResilientFence {
         }
         let children = self.eff_children();
         let parent = self.eff_parent();
-        if let Some(d) = self.decided.clone() {
+        if let Some((decider, d)) = self.decided.clone() {
             if !self.done_emitted {
                 self.done_emitted = true;
                 out.push(ResOut::Done {
@@ -708,15 +757,34 @@ impl ResilientFence {
                     failed: d.failed.clone(),
                 });
             }
-            let targets: Vec<u32> = children
-                .iter()
-                .copied()
-                .chain(parent)
-                .filter(|t| !self.commit_sent.contains(t))
-                .collect();
+            let mut targets: Vec<u32> = Vec::new();
+            if decider == self.me {
+                // The deciding root: straight to every live member.
+                targets.extend(
+                    self.members
+                        .iter()
+                        .enumerate()
+                        .filter(|&(i, _)| i != self.my_idx && !self.dead[i])
+                        .map(|(_, r)| *r),
+                );
+            } else if self.idx(decider).is_some_and(|i| self.dead[i]) {
+                // The deciding root died, perhaps with its commits half sent: members that
+                // missed them gather for a new root and wait for their tree neighbours, so
+                // tell those (and new ones after repairs).
+                targets.extend(children.iter().copied().chain(parent));
+            }
             for t in targets {
-                self.commit_sent.insert(t);
-                self.send(t, Body::Commit { value: d.clone() }, out);
+                if self.commit_sent.insert(t) {
+                    let value = d.clone();
+                    self.send(
+                        t,
+                        Body::Decided {
+                            root: decider,
+                            value,
+                        },
+                        out,
+                    );
+                }
             }
             return;
         }
@@ -770,17 +838,19 @@ impl ResilientFence {
                 );
             }
         }
-        if !children.iter().all(|c| self.acks.contains(c)) {
-            return;
-        }
         match parent {
-            Some(p) => {
-                if self.ack_sent_to != Some(p) {
-                    self.ack_sent_to = Some(p);
-                    self.send(p, Body::Ack { ballot }, out);
+            Some(_) => {
+                // Accepted: straight to the root of the ballot.
+                if self.ack_sent != Some(ballot) {
+                    self.ack_sent = Some(ballot);
+                    self.send(ballot.0, Body::Accepted { ballot }, out);
                 }
             }
             None => {
+                let live_others = self.members.len() - 1 - self.failed.len();
+                if self.acks.len() < live_others {
+                    return;
+                }
                 if self.fresh && *value.failed != *self.view.failed {
                     // The agreement found a failure: run it again with it.
                     let value = self.fresh_value();
@@ -789,7 +859,7 @@ impl ResilientFence {
                     self.acks.clear();
                     self.progress(out);
                 } else {
-                    self.decide(value);
+                    self.decide(self.me, value);
                     self.progress(out);
                 }
             }
@@ -857,8 +927,12 @@ pub fn example_messages() -> Vec<ResMsg> {
             value: value.clone(),
         },
         Body::Ack { ballot: (7, 0) },
-        Body::Commit { value },
+        Body::Commit {
+            value: value.clone(),
+        },
         Body::Nudge,
+        Body::Accepted { ballot: (7, 1) },
+        Body::Decided { root: 5, value },
     ];
     bodies
         .into_iter()

@@ -6,7 +6,7 @@ use crate::runtime::resilient::ResMsg;
 use crate::runtime::wire::{Dec, WireError};
 
 /// What a routed payload carries: fence traffic of either kind, and the resilient fence's
-/// timeout exchange. Tags: 1–3 [`FenceMsg`], 0x11–0x15 [`ResMsg`], 0x20 `Present`, 0x21
+/// timeout exchange. Tags: 1–3 [`FenceMsg`], 0x11–0x17 [`ResMsg`], 0x20 `Present`, 0x21
 /// `Verdict`; integers little-endian.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FencePayload {
@@ -67,7 +67,7 @@ impl FencePayload {
         };
         match tag {
             1..=3 => FenceMsg::decode(buf).map(FencePayload::Star),
-            0x11..=0x15 => ResMsg::decode(buf).map(FencePayload::Res),
+            0x11..=0x17 => ResMsg::decode(buf).map(FencePayload::Res),
             TAG_PRESENT | TAG_VERDICT => {
                 let mut d = Dec::new(&buf[1..]);
                 let epoch = d.u64("epoch")?;

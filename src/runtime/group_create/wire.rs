@@ -134,7 +134,7 @@ pub struct GcMsg {
     pub body: Body,
 }
 
-/// Wire tags of [`GcMsg`] bodies; disjoint from the fences' (1 to 3, 0x11 to 0x15).
+/// Wire tags of [`GcMsg`] bodies; disjoint from the fences' (1 to 3, 0x11 to 0x17).
 pub mod tag {
     pub const HELLO: u8 = 0x21;
     pub const UP: u8 = 0x22;

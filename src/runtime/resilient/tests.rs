@@ -63,7 +63,7 @@ fn wire_byte_order_is_little_endian() {
 #[test]
 fn wire_rejects_bad_tags_flags_views_and_order() {
     let good = example_messages();
-    for t in [0u8, 1, 2, 3, 0x10, 0x16, 0xff] {
+    for t in [0u8, 1, 2, 3, 0x10, 0x18, 0xff] {
         let mut b = good[3].encode();
         b[0] = t;
         assert_eq!(ResMsg::decode(&b), Err(WireError::UnknownTag { tag: t }));
@@ -474,32 +474,39 @@ fn messages_of_a_dead_root_are_answered_with_a_nudge() {
         value: decision(&[], &[0]),
     };
     assert_eq!(sends(&from(&mut m, 0, &[], stale_prop)), vec![(0, "nudge")]);
-    let stale_ack = Body::Ack { ballot: (0, 0) };
+    let stale_ack = Body::Accepted { ballot: (0, 0) };
     assert_eq!(
         sends(&from(&mut m, 30, &[], stale_ack)),
         vec![(30, "nudge")]
     );
     // An ack for the live root before its proposal got here: nothing to say.
-    assert!(from(&mut m, 30, &[0], Body::Ack { ballot: (10, 0) }).is_empty());
-    // Not a stale message: a Propose of the live root is taken (and forwarded to child 30).
+    assert!(from(&mut m, 30, &[0], Body::Accepted { ballot: (10, 0) }).is_empty());
+    // The earlier protocol's tree ack is not answered at all, stale or not.
+    assert!(from(&mut m, 30, &[], Body::Ack { ballot: (0, 0) }).is_empty());
+    // Not a stale message: a Propose of the live root is taken, forwarded to child 30 and
+    // accepted straight to the root.
     let prop = Body::Propose {
         ballot: (10, 0),
         value: decision(&[0], &[10, 20, 30]),
     };
-    assert_eq!(sends(&from(&mut m, 10, &[0], prop)), vec![(30, "propose")]);
+    assert_eq!(
+        sends(&from(&mut m, 10, &[0], prop)),
+        vec![(30, "propose"), (10, "ack")]
+    );
     // With a proposal in hand, a stale ack still gets a nudge, not the proposal.
-    let stale_ack = Body::Ack { ballot: (0, 0) };
+    let stale_ack = Body::Accepted { ballot: (0, 0) };
     assert_eq!(
         sends(&from(&mut m, 30, &[], stale_ack)),
         vec![(30, "nudge")]
     );
 }
 
-/// A proposal seen again (from an adopting grandparent, say) is answered with the ack when this
-/// member already acked it, and changes nothing; a newer attempt replaces it.
+/// A member accepts its root's proposal at once and says so straight to the root (not to its
+/// parent); a proposal seen again (from an adopting grandparent, say) changes nothing; a newer
+/// attempt replaces it, is forwarded and accepted again; an older one arriving late is not taken.
 #[test]
-fn a_repeated_proposal_is_answered_with_the_ack_and_a_newer_one_replaces_it() {
-    // 20's parent is 0, its child 30.
+fn a_proposal_is_accepted_straight_to_the_root_and_a_repeat_changes_nothing() {
+    // 20's parent is 0 (the root), its child 30.
     let mut m = machine(20, 8, &[]);
     let value = decision(&[], &[0, 10, 20, 30, 40, 50, 60, 70]);
     let prop = |ballot| Body::Propose {
@@ -508,30 +515,33 @@ fn a_repeated_proposal_is_answered_with_the_ack_and_a_newer_one_replaces_it() {
     };
     assert_eq!(
         sends(&from(&mut m, 0, &[], prop((0, 0)))),
-        vec![(30, "propose")]
+        vec![(30, "propose"), (0, "ack")]
     );
-    // Not acked yet: a repeat is ignored.
+    // A repeat, from anyone: nothing to send.
     assert!(from(&mut m, 10, &[], prop((0, 0))).is_empty());
-    let ack = Body::Ack { ballot: (0, 0) };
-    assert_eq!(sends(&from(&mut m, 30, &[], ack)), vec![(0, "ack")]);
-    assert_eq!(
-        sends(&from(&mut m, 10, &[], prop((0, 0)))),
-        vec![(10, "ack")]
-    );
-    // From the parent it was acked to: nothing new.
     assert!(from(&mut m, 0, &[], prop((0, 0))).is_empty());
-    // A newer attempt: forwarded again, acked again once the child acks it.
+    // A newer attempt: forwarded again, accepted again.
     assert_eq!(
         sends(&from(&mut m, 0, &[], prop((0, 1)))),
-        vec![(30, "propose")]
+        vec![(30, "propose"), (0, "ack")]
     );
-    // A late ack of the old attempt gets the current proposal.
-    let old = Body::Ack { ballot: (0, 0) };
-    assert_eq!(sends(&from(&mut m, 30, &[], old)), vec![(30, "propose")]);
-    let ack = Body::Ack { ballot: (0, 1) };
-    assert_eq!(sends(&from(&mut m, 30, &[], ack)), vec![(0, "ack")]);
     // An older attempt arriving late is not taken.
     assert!(from(&mut m, 0, &[], prop((0, 0))).is_empty());
+    // A leaf two levels down (30, parent 20) accepts to the root 0, not to 20.
+    let mut m = machine(30, 8, &[]);
+    let outs = from(&mut m, 20, &[], prop((0, 0)));
+    assert_eq!(sends(&outs), vec![(0, "ack")]);
+    let ResOut::Send { msg, .. } = &outs[0] else {
+        unreachable!()
+    };
+    assert_eq!(msg.body, Body::Accepted { ballot: (0, 0) });
+    // Waiting now for the root's commit: the deadline names the root.
+    let (mut m, _) = ResilientFence::start(30, 1, &[0, 10, 20, 30], &[], Vec::new(), Some(5));
+    from(&mut m, 20, &[], prop((0, 0)));
+    assert_eq!(
+        m.handle(ResIn::Tick { now_ms: 5 }),
+        vec![ResOut::TimedOut { waiting: vec![0] }]
+    );
 }
 
 /// Root 0 of 0, 10, 20, 30 with both reports in: it proposes (0, 0) with nobody failed.
@@ -549,30 +559,72 @@ fn proposing_root() -> ResilientFence {
     m
 }
 
-/// A fresh root whose acks teach it a failure proposes again, attempt k + 1, with it; a late
-/// ack of the old attempt gets the new one; the new attempt's acks commit it.
+/// The root commits only once every member live in its view accepted, straight to each of
+/// them; a fresh root whose acks teach it a failure proposes again, attempt k + 1, with it; a
+/// late ack of the old attempt gets the new one; the new attempt's acks commit it.
 #[test]
 fn a_fresh_root_proposes_again_when_the_acks_teach_a_failure() {
+    let accepted = |k| Body::Accepted { ballot: (0, k) };
     let mut m = proposing_root();
-    assert!(from(&mut m, 10, &[], Body::Ack { ballot: (0, 0) }).is_empty());
-    // 30 acked to 20, then died; 20 knows it.
-    let outs = from(&mut m, 20, &[30], Body::Ack { ballot: (0, 0) });
+    assert!(from(&mut m, 10, &[], accepted(0)).is_empty());
+    // The earlier protocol's tree ack from 20 ("my subtree acked") counts for nothing.
+    assert!(from(&mut m, 20, &[], Body::Ack { ballot: (0, 0) }).is_empty());
+    assert!(from(&mut m, 30, &[], accepted(0)).is_empty());
+    assert_eq!(m.decision(), None);
+    // 20 accepted and learned that 30 died.
+    let outs = from(&mut m, 20, &[30], accepted(0));
     let again = decision(&[30], &[0, 10, 20]);
     assert_eq!(
         proposals(&outs),
         vec![(10, (0, 1), again.clone()), (20, (0, 1), again.clone())]
     );
-    let outs = from(&mut m, 10, &[], Body::Ack { ballot: (0, 0) });
+    let outs = from(&mut m, 10, &[], accepted(0));
     assert_eq!(proposals(&outs), vec![(10, (0, 1), again.clone())]);
-    assert!(from(&mut m, 10, &[30], Body::Ack { ballot: (0, 1) }).is_empty());
-    let outs = from(&mut m, 20, &[30], Body::Ack { ballot: (0, 1) });
+    assert!(from(&mut m, 10, &[30], accepted(1)).is_empty());
+    // A dead member's acceptance is not waited for, and does not count.
+    assert!(from(&mut m, 30, &[], accepted(1)).is_empty());
+    assert_eq!(m.decision(), None);
+    let outs = from(&mut m, 20, &[30], accepted(1));
     assert_eq!(m.decision(), Some(&again));
     assert_eq!(sends(&outs), vec![(10, "commit"), (20, "commit")]);
-    // Without a new failure the first attempt is committed as it is.
+    // Without a new failure the first attempt is committed as it is, once all three accepted,
+    // straight to each (30 is not the root's child).
     let mut m = proposing_root();
-    assert!(from(&mut m, 10, &[], Body::Ack { ballot: (0, 0) }).is_empty());
-    from(&mut m, 20, &[], Body::Ack { ballot: (0, 0) });
+    assert!(from(&mut m, 10, &[], accepted(0)).is_empty());
+    assert!(from(&mut m, 20, &[], accepted(0)).is_empty());
+    assert_eq!(m.decision(), None);
+    let outs = from(&mut m, 30, &[], accepted(0));
     assert_eq!(m.decision(), Some(&decision(&[], &[0, 10, 20, 30])));
+    assert_eq!(
+        sends(&outs),
+        vec![(10, "commit"), (20, "commit"), (30, "commit")]
+    );
+    // An acceptance that dies with its sender: 30 accepted, then died; 10 and 20 suffice.
+    let mut m = proposing_root();
+    assert!(from(&mut m, 30, &[], accepted(0)).is_empty());
+    assert!(from(&mut m, 10, &[], accepted(0)).is_empty());
+    assert!(m.handle(ResIn::PeerGone { rank: 30 }).is_empty());
+    let outs = from(&mut m, 20, &[30], accepted(0));
+    assert_eq!(
+        proposals(&outs),
+        vec![(10, (0, 1), again.clone()), (20, (0, 1), again.clone())]
+    );
+    // Waiting for acceptances, the deadline names exactly the live members that did not.
+    let mut m2 = ResilientFence::start(0, 1, &[0, 10, 20, 30], &[], Vec::new(), Some(1)).0;
+    let up = |ranks: &[u32]| Body::Up {
+        root: 0,
+        data: data_of(ranks),
+        acked: None,
+    };
+    from(&mut m2, 10, &[], up(&[10]));
+    from(&mut m2, 20, &[], up(&[20, 30]));
+    from(&mut m2, 20, &[], accepted(0));
+    assert_eq!(
+        m2.handle(ResIn::Tick { now_ms: 1 }),
+        vec![ResOut::TimedOut {
+            waiting: vec![10, 30]
+        }]
+    );
 }
 
 /// A root that re-proposed an acknowledged value commits it unchanged, even when the acks
@@ -584,11 +636,90 @@ fn a_re_proposed_value_is_committed_unchanged_despite_new_failures() {
     report(&mut m, 20, None);
     let outs = report(&mut m, 40, None);
     assert_eq!(proposals(&outs).len(), 2);
-    assert!(from(&mut m, 20, &[0, 30], Body::Ack { ballot: (10, 0) }).is_empty());
-    let outs = from(&mut m, 40, &[0, 30], Body::Ack { ballot: (10, 0) });
+    for r in [20, 40, 50, 60] {
+        assert!(from(&mut m, r, &[0, 30], Body::Accepted { ballot: (10, 0) }).is_empty());
+    }
+    let outs = from(&mut m, 70, &[0, 30], Body::Accepted { ballot: (10, 0) });
     assert_eq!(m.known_failed(), &[0, 30]);
     assert_eq!(m.decision(), Some(&first));
-    assert_eq!(sends(&outs), vec![(20, "commit"), (40, "commit")]);
+    assert_eq!(
+        sends(&outs),
+        vec![
+            (20, "commit"),
+            (40, "commit"),
+            (50, "commit"),
+            (60, "commit"),
+            (70, "commit")
+        ]
+    );
+}
+
+/// A member that got the decision sends nothing more while the root that made it lives (it
+/// sent the decision straight to every live member), whoever else dies; once that root is known
+/// dead (its commits perhaps half sent), the member sends the decision, naming that root, to
+/// its tree neighbours, once each, and to new ones after repairs. It answers anything with it.
+/// The first protocol's `Commit` is not taken.
+#[test]
+fn a_decided_member_tells_its_tree_neighbours_only_once_the_deciding_root_is_dead() {
+    // 20: parent 0, child 30 (ranks index * 10 of 8).
+    let mut m = machine(20, 8, &[]);
+    let value = decision(&[], &[0, 10, 20, 30, 40, 50, 60, 70]);
+    assert!(from(
+        &mut m,
+        0,
+        &[],
+        Body::Commit {
+            value: value.clone()
+        }
+    )
+    .is_empty());
+    assert_eq!(m.decision(), None);
+    let decided = |root| Body::Decided {
+        root,
+        value: value.clone(),
+    };
+    // Relayed by 40 (it names root 0): taken.
+    let outs = from(&mut m, 40, &[], decided(0));
+    assert_eq!(m.decision(), Some(&value));
+    assert!(
+        matches!(&outs[..], [ResOut::Done { failed, .. }] if failed.is_empty()),
+        "{outs:?}"
+    );
+    // Others die, the deciding root lives: nothing to tell.
+    assert!(m.handle(ResIn::PeerGone { rank: 50 }).is_empty());
+    // Anything is answered with the decision, naming its root.
+    let outs = from(&mut m, 40, &[], Body::Nudge);
+    assert!(outs.is_empty());
+    let outs = from(&mut m, 40, &[], Body::Accepted { ballot: (0, 0) });
+    assert_eq!(
+        outs,
+        vec![ResOut::Send {
+            to: 40,
+            msg: msg(&[50], decided(0))
+        }]
+    );
+    // The root 0 died: 10 is the new root and 20, an orphan, hangs below it; 30 stays 20's.
+    let outs = m.handle(ResIn::PeerGone { rank: 0 });
+    assert_eq!(
+        outs,
+        vec![
+            ResOut::Send {
+                to: 30,
+                msg: msg(&[0, 50], decided(0))
+            },
+            ResOut::Send {
+                to: 10,
+                msg: msg(&[0, 50], decided(0))
+            }
+        ]
+    );
+    // Another death: only new neighbours are told (30 was a leaf: none).
+    assert!(m.handle(ResIn::PeerGone { rank: 30 }).is_empty());
+    // A decision made by a root already known dead: told to the neighbours at once, except
+    // whoever told it.
+    let mut m = machine(20, 8, &[0]);
+    let outs = from(&mut m, 10, &[0], decided(0));
+    assert_eq!(sends(&outs), vec![(30, "commit")]);
 }
 
 /// Only other members can be dead: a notice or a view naming this member or a non-member

@@ -101,7 +101,7 @@ fn a_send_to_a_peer_that_vanished_fails_after_its_retries() {
 /// byte by byte (and the guard bytes around the registration), `openib_send_mem` from it,
 /// 100 fetch-and-adds and 2 compare-and-swaps with every old value and the final counters
 /// checked, range errors naming the side, and a put with a key the peer never gave failing in
-/// its completion.
+/// its completion. The same boot runs `tests/c/group_create.c` ([`group_create_checks`]).
 #[test]
 fn caller_memory_registered_for_put_get_and_atomics_by_address() {
     if harness::skip_guest("softroce_capi memreg") {
@@ -109,13 +109,20 @@ fn caller_memory_registered_for_put_get_and_atomics_by_address() {
     }
     let exe = support::compile_linked("memreg");
     let dir = exe.parent().expect("dir").display().to_string();
+    let gc = support::compile_linked("group_create");
+    let gc_dir = gc.parent().expect("dir").display().to_string();
     let b = env!("CARGO_BIN_EXE_openib");
+    // group_create.c shares this boot (a boot costs 15-30 s of CI): checked by
+    // `group_create_checks` below.
     let script = format!(
         "cd {dir} || exit 1\n\
          echo '=== memreg'; {b} run -n 2 --timeout 240 -- ./memreg 2>&1 || echo FAILED\n\
+         cd {gc_dir} || exit 1\n\
+         echo '=== four'; {b} run -n 4 --timeout 240 -- ./group_create 2>&1 || echo FAILED\n\
          echo '=== end'\n"
     );
-    let out = harness::guest_run_ok(&["--timeout", "400"], &["sh", "-c", &script]);
+    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
+    group_create_checks(&out);
     let text = harness::section(&out, "memreg").unwrap_or_else(|| panic!("no memreg: {out}"));
     assert!(!text.contains("FAILED"), "{text}");
     for rank in 0..2 {
@@ -182,22 +189,10 @@ fn c_program_sends_puts_gets_and_atomics_to_its_own_rank() {
 /// `tests/c/group_create.c`: `openib_group_create` through the C ABI (issue 32) in a job of 4:
 /// a group without the caller is `OPENIB_ERR_INVALID`; rank 0's group lacks rank 3, so ranks 0
 /// to 2 get `OPENIB_OK` and the group {0, 1, 2} and rank 3 `OPENIB_ERR_EXCLUDED`, the same
-/// group and `who` = 0; tag 0x3f is then refused to `openib_set_handler`.
-#[test]
-fn c_program_creates_a_group_and_the_excluded_rank_learns_who() {
-    if harness::skip_guest("softroce_capi group_create") {
-        return;
-    }
-    let exe = support::compile_linked("group_create");
-    let dir = exe.parent().expect("dir").display().to_string();
-    let b = env!("CARGO_BIN_EXE_openib");
-    let script = format!(
-        "cd {dir} || exit 1\n\
-         echo '=== four'; {b} run -n 4 --timeout 240 -- ./group_create 2>&1 || echo FAILED\n\
-         echo '=== end'\n"
-    );
-    let out = harness::guest_run_ok(&["--timeout", "600"], &["sh", "-c", &script]);
-    let text = harness::section(&out, "four").unwrap_or_else(|| panic!("no four: {out}"));
+/// group and `who` = 0; tag 0x3f is then refused to `openib_set_handler`. Run in the boot of
+/// `caller_memory_registered_for_put_get_and_atomics_by_address`, section `four`.
+fn group_create_checks(out: &str) {
+    let text = harness::section(out, "four").unwrap_or_else(|| panic!("no four: {out}"));
     assert!(!text.contains("FAILED"), "{text}");
     for rank in 0..4 {
         let want = if rank == 3 {

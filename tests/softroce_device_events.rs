@@ -41,7 +41,10 @@ fn a_port_that_goes_down_is_reported_and_named_in_the_failure() {
         .and_then(|s| s.split_whitespace().next()?.parse().ok())
         .unwrap_or_else(|| panic!("no time: {out}"));
     assert!(secs < HANG_BOUND_S, "the job took {secs} s: {out}");
-    assert!(!out.contains("rc=0"), "the job went on without its port: {out}");
+    assert!(
+        !out.contains("rc=0"),
+        "the job went on without its port: {out}"
+    );
     let (_, err) = out.split_once("--- err\n").expect("err marker");
     // Each rank warns once (its own device context gets the event).
     let warnings = err

@@ -94,3 +94,26 @@ fn measure() {
         p *= 4;
     }
 }
+
+/// A known disagreement the random stress of CI found on 2026-12-05 (SIM_SEED=1796491159 run,
+/// case seed 1796493854, p = 5), not fixed yet: groups {0,1,2} for ranks 0-2, {0,1,2,3} for 3,
+/// {0,1,2,4} for 4; rank 1 dead before the call, ranks 2 and 4 dying on their first proposal,
+/// rank 0 dying right after deciding. Rank 0 decided group {0} (failed {1,2}) and died; rank
+/// 3 decided group {0,2} (failed {1}), the proposal rank 2 had accepted. The likely cause (from
+/// the trace, not yet confirmed): rank 2 learned of 3 and 4 and died; rank 0, told of 2's death
+/// before 2's acknowledgement and 3's report reached it, decided alone on its view {0,1,2}, a
+/// decision with a participant (3) it never heard of, whose only path to it had died. docs/RUNTIME.md, "Known
+/// disagreement". `#[ignore]`d so that CI shows the random stress's own findings; run it with
+/// `cargo test --release --test sim_group_create -- --ignored known_disagreement`.
+#[test]
+#[ignore = "known bug (docs/RUNTIME.md, \"Known disagreement\"): fails until the protocol is fixed"]
+fn known_disagreement_a_decider_that_never_heard_of_a_participant() {
+    sweep_one(1796493854, 64);
+}
+
+fn sweep_one(seed: u64, max_p: u64) {
+    check(
+        &run(&SimConfig::random_case(seed, max_p)),
+        &format!("known disagreement: replay with SIM_SEED={seed} SIM_RUNS=1 SIM_MAXP={max_p}"),
+    );
+}

@@ -235,18 +235,41 @@ pub unsafe extern "C" fn openib_progress_poll(
         let Locked::Held { g, .. } = &mut l else {
             return Ok(to_int(n)); // inside a callback: progress did nothing
         };
-        g.gather();
         let mut taken = 0;
-        while taken < max {
-            let Some(c) = g.done.pop_front() else { break };
+        // Takes completions oldest first into `out` until it is full or one failed (the last
+        // one taken: openib_last_error is its reason); whether to go on.
+        let mut put = |c: Completion| {
             let v = completion_out("openib_progress_poll", c);
             // SAFETY: `out` is writable for `max` completions (the caller's contract) and
-            // `taken < max`.
+            // `taken < max` (checked before each call).
             unsafe { out.add(taken).write(v) };
             taken += 1;
-            if v.status != OPENIB_OK {
-                break; // the last one taken: openib_last_error is its reason
+            v.status == OPENIB_OK && taken < max
+        };
+        let Inner { t, done, backlog } = &mut **g;
+        if max == 0 {
+            // Progress only.
+        } else if !done.is_empty() {
+            // Older ones first: those kept by earlier calls, then the transport's.
+            if t.has_completions() {
+                done.extend(t.drain_completions());
+                backlog.check(done.len());
             }
+            while let Some(c) = done.pop_front() {
+                if !put(c) {
+                    break;
+                }
+            }
+        } else if t.has_completions() {
+            // None kept: straight from the transport, the rest kept for the next call.
+            let mut fresh = t.drain_completions();
+            for c in fresh.by_ref() {
+                if !put(c) {
+                    break;
+                }
+            }
+            done.extend(fresh);
+            backlog.check(done.len());
         }
         drop(l);
         // SAFETY: as above.

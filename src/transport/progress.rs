@@ -236,15 +236,25 @@ impl Transport {
     ///
     /// From inside a receive callback (a [`super::TransportHandler`] calling back) it returns
     /// `Ok(0)` at once: the progress call running that callback goes on when it returns.
+    #[inline]
     pub fn progress(&mut self) -> Result<usize, TransportError> {
         if self.callback_depth > 0 {
             return Ok(0);
         }
+        // The idle round inline in the caller; the rest out of line, so that the idle round
+        // saves no registers for it (every idle round of every waiting loop is this path).
         let prepolled = match self.poll_if_idle()? {
             Some(0) => return Ok(0),
             Some(_) => true,
             None => false,
         };
+        self.progress_work(prepolled)
+    }
+
+    /// [`Transport::progress`] past the idle round: a batch, with panics of callbacks
+    /// re-raised after it.
+    #[inline(never)]
+    fn progress_work(&mut self, prepolled: bool) -> Result<usize, TransportError> {
         self.in_batch = true;
         let r = self.progress_batch(prepolled);
         self.in_batch = false;

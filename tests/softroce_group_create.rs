@@ -18,6 +18,10 @@
 //! are the union of P's groups and the new group is their intersection less the failed set; a
 //! survivor outside it is excluded by a member of P whose group lacks it.
 //!
+//! Last, one job of 4 ranks under mpirun (`--enable-recovery`: a death does not end the job;
+//! no failure event reaches the survivors, the probes and the endpoints find it): two runs,
+//! a victim in the second, judged the same way.
+//!
 //! The seed changes every run and is printed; `GUEST_GC_SEED=S` replays one. Slow in debug:
 //! `#[ignore]`d, and run in release by `scripts/test`.
 
@@ -42,10 +46,22 @@ const POINTS: [&str; 3] = ["gc-before", "gc-tree", "gc-agree"];
 
 struct Run {
     name: String,
+    /// Under mpirun (`--enable-recovery`, so that a death does not end the job) instead of
+    /// `openib run`.
+    mpirun: bool,
     np: u32,
     groups_seed: u64,
     /// rank -> (round, fault point).
     victims: BTreeMap<u32, (u32, &'static str)>,
+}
+
+/// The operations (runs) of a job: two under mpirun.
+fn rounds(run: &Run) -> u32 {
+    if run.mpirun {
+        2
+    } else {
+        ROUNDS
+    }
 }
 
 fn splitmix(x: &mut u64) -> u64 {
@@ -78,12 +94,24 @@ fn plan(seed: u64) -> Vec<Run> {
             }
             runs.push(Run {
                 name: format!("np{np}-{i}"),
+                mpirun: false,
                 np,
                 groups_seed: splitmix(&mut x) >> 8,
                 victims,
             });
         }
     }
+    // Under mpirun: 4 ranks, a victim in the second of two runs (the runtime's failure
+    // events do not reach the survivors there: the probes and the endpoints find it).
+    let victim = (splitmix(&mut x) % 4) as u32;
+    let point = POINTS[(splitmix(&mut x) % 3) as usize];
+    runs.push(Run {
+        name: "mpirun-4".into(),
+        mpirun: true,
+        np: 4,
+        groups_seed: splitmix(&mut x) >> 8,
+        victims: [(victim, (1, point))].into(),
+    });
     runs
 }
 
@@ -264,18 +292,29 @@ fn survivors_create_the_same_group_when_ranks_die_and_groups_differ() {
             .iter()
             .map(|(r, (round, p))| format!("{p}:{}", round * run.np + r))
             .collect();
+        let fault = if fault.is_empty() {
+            String::new()
+        } else {
+            format!("OPENIB_FAULT={} ", fault.join(","))
+        };
+        let launch = if run.mpirun {
+            // `timeout`: mpirun has no job timeout of its own.
+            format!(
+                "{fault}timeout 120 mpirun --oversubscribe --enable-recovery -np {np} -x OPENIB_FAULT",
+                np = run.np
+            )
+        } else {
+            format!("{fault}{b} run -n {np} --timeout 120 --", np = run.np)
+        };
         script.push_str(&format!(
-            "echo '=== {name}'; t0=$(date +%s%N); {fault}{b} run -n {np} --timeout 120 -- {b} group-create --json --random-groups {gs} --rounds {rounds} --timeout 60 >/tmp/out 2>/tmp/err; \
+            "echo '=== {name}'; t0=$(date +%s%N); {launch} {b} group-create --json --random-groups {gs} --rounds {rounds} --timeout {timeout} >/tmp/out 2>/tmp/err; \
              echo \"rc=$? ms=$(( ($(date +%s%N) - t0) / 1000000 ))\"; echo '--- err'; cat /tmp/err; echo '--- out'; cat /tmp/out\n",
             name = run.name,
-            fault = if fault.is_empty() {
-                String::new()
-            } else {
-                format!("OPENIB_FAULT={} ", fault.join(","))
-            },
-            np = run.np,
             gs = run.groups_seed,
-            rounds = ROUNDS,
+            rounds = rounds(run),
+            // Under mpirun the fence after each operation is PMIx's over every rank, which a
+            // death makes wait for this timeout (or fail at once): bounded by it.
+            timeout = if run.mpirun { 30 } else { 60 },
         ));
     }
     script.push_str("echo '=== end'\n");
@@ -303,16 +342,28 @@ fn survivors_create_the_same_group_when_ranks_die_and_groups_differ() {
         took.entry(run.np).or_default().push(ms);
         // The ranks that ended abnormally: victims only (found anywhere in a line: other
         // processes' writes may share it).
+        // Under mpirun, the victims' own last words (mpirun --enable-recovery names nobody),
+        // which name the fault point's count (round * np + rank).
+        let (marker, modulo) = if run.mpirun {
+            ("OPENIB_FAULT: rank ", run.np)
+        } else {
+            ("openib run: rank ", u32::MAX)
+        };
         let dead: BTreeSet<u32> = err
-            .split("openib run: rank ")
+            .split(marker)
             .skip(1)
-            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .filter_map(|l| l.split_whitespace().next()?.parse::<u32>().ok())
+            .map(|n| n % modulo)
             .collect();
         assert!(
             dead.iter().all(|r| run.victims.contains_key(r)),
             "a rank that is no victim ended abnormally: {ctx}"
         );
-        let rc = if dead.is_empty() { "rc=0" } else { "rc=137" };
+        let rc = if dead.is_empty() || run.mpirun {
+            "rc=0"
+        } else {
+            "rc=137"
+        };
         assert!(head.contains(rc), "expected {rc}: {ctx}");
         let mut lines: BTreeMap<u32, BTreeMap<u32, Value>> = BTreeMap::new();
         for l in stdout.lines().filter(|l| l.starts_with('{')) {
@@ -332,7 +383,7 @@ fn survivors_create_the_same_group_when_ranks_die_and_groups_differ() {
                 .collect()
         };
         let mut before = BTreeSet::new();
-        for round in 0..ROUNDS {
+        for round in 0..rounds(run) {
             let dying = died_in(round);
             let empty = BTreeMap::new();
             let got = lines.get(&round).unwrap_or(&empty);

@@ -4,7 +4,8 @@
 //! installed slurm through its chroot). On each: `openib ping` (the winner, udcm, connects
 //! and exchanges a message each way), a short `openib bench` (content checked by the bench
 //! itself), and the C ABI example `tests/c/exchange.c` (both ranks' verdicts), every rank
-//! saying which node Slurm put it on. Timings are printed, never asserted.
+//! saying which node Slurm put it on; then `openib group-create` (issue 32) by 4 tasks on the
+//! two nodes, failure-free with differing groups. Timings are printed, never asserted.
 //!
 //! The runs are checked by their output, never by srun's exit status alone (srun can exit 0
 //! when its tasks did nothing): each section must hold the JSON or the two verdict lines,
@@ -56,6 +57,13 @@ fn ping_bench_and_the_c_abi_under_srun_on_one_and_two_nodes() {
              echo '=== capi-{n}'; (cd {dir} && on {n} ./exchange 100) 2>/tmp/err || echo FAILED; echo '=== capi-{n}-err'; cat /tmp/err\n"
         ));
     }
+    // Group creation (issue 32) failure-free under srun: 4 tasks on the two nodes, two
+    // operations with differing random groups (a death ends the whole step under Slurm
+    // 22.05: docs/RUNTIME.md, "Slurm").
+    script.push_str(&format!(
+        "echo '=== gc'; timeout 300 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 --wait=60 --kill-on-bad-exit=1 \
+            {b} group-create --json --random-groups {GC_SEED} --rounds 2 --timeout 60 2>/tmp/err || echo FAILED; echo '=== gc-err'; cat /tmp/err\n"
+    ));
     script.push_str("$S down --dir /tmp/slurm 2>&1\necho '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "900"], &["sh", "-c", &script]);
     let sec =
@@ -116,5 +124,66 @@ fn ping_bench_and_the_c_abi_under_srun_on_one_and_two_nodes() {
                 }
             }
         }
+    }
+    let (text, err) = (sec("gc"), sec("gc-err"));
+    group_create_checks(&text, &format!("gc:\n{text}\nstderr:\n{err}"));
+}
+
+/// The seed of the random groups of the srun group-create runs.
+const GC_SEED: u64 = 29;
+
+/// Failure-free group creation by 4 tasks, 2 operations: every task prints one outcome per
+/// operation, all hold the same decision, and it is docs/RUNTIME.md's: the participants are
+/// everyone, nobody failed, the group is the intersection of the groups passed, and a task
+/// outside it is excluded by a task whose group lacks it.
+fn group_create_checks(text: &str, ctx: &str) {
+    use std::collections::BTreeSet;
+    assert!(!text.contains("FAILED"), "{ctx}");
+    let set = |v: &Value| -> BTreeSet<u64> {
+        v.as_array()
+            .unwrap_or_else(|| panic!("not a list: {v}: {ctx}"))
+            .iter()
+            .map(|r| r.as_u64().expect("rank"))
+            .collect()
+    };
+    let mut rounds: BTreeMap<u64, BTreeMap<u64, Value>> = BTreeMap::new();
+    for l in text.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}: {ctx}"));
+        let (r, round) = (v["rank"].as_u64().unwrap(), v["round"].as_u64().unwrap());
+        assert!(
+            rounds.entry(round).or_default().insert(r, v).is_none(),
+            "rank {r} printed round {round} twice: {ctx}"
+        );
+    }
+    assert_eq!(rounds.len(), 2, "two operations: {ctx}");
+    for (round, lines) in &rounds {
+        assert_eq!(
+            lines.keys().copied().collect::<Vec<_>>(),
+            [0, 1, 2, 3],
+            "round {round}: every task prints: {ctx}"
+        );
+        let passed: BTreeMap<u64, BTreeSet<u64>> =
+            lines.iter().map(|(&r, v)| (r, set(&v["passed"]))).collect();
+        let inter = passed
+            .values()
+            .cloned()
+            .reduce(|a, b| a.intersection(&b).copied().collect())
+            .unwrap();
+        for (&r, v) in lines {
+            assert_eq!(set(&v["participants"]), (0..4).collect(), "round {round}: {ctx}");
+            assert!(set(&v["failed"]).is_empty(), "round {round}: {ctx}");
+            assert_eq!(set(&v["group"]), inter, "round {round}, rank {r}: {ctx}");
+            if inter.contains(&r) {
+                assert_eq!(v["outcome"], "member", "round {round}, rank {r}: {ctx}");
+            } else {
+                assert_eq!(v["outcome"], "excluded", "round {round}, rank {r}: {ctx}");
+                let by = v["by"].as_u64().expect("by");
+                assert!(
+                    !passed[&by].contains(&r),
+                    "round {round}: rank {r} excluded by {by}, whose group has it: {ctx}"
+                );
+            }
+        }
+        eprintln!("gc round {round}: group {inter:?} (groups passed: {passed:?})");
     }
 }

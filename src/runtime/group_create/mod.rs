@@ -556,6 +556,15 @@ impl GroupCreate {
                     if self.is_dead(ballot.1) {
                         self.send(from, Body::Nudge, out);
                     }
+                } else if self.accepted.is_none_or(|a| ballot > a)
+                    && value.root == ballot.1
+                    && *value.view.members != *self.view.members
+                {
+                    // The root's own value, of a view that lacks participants I know (the
+                    // merge above made mine a superset of its view): accepting it (and passing
+                    // it on) would let processes its root never heard of hold it. Answer with
+                    // my view instead; the root grows its view and proposes again.
+                    self.send(self.root, self.full(false), out);
                 } else if self.accepted.is_none_or(|a| ballot > a) {
                     self.accepted = Some(ballot);
                     self.note_acked(Some((ballot, value.clone())));

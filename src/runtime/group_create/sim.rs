@@ -329,6 +329,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                     }
                 }
                 Ev::Notice { obs, victim } => {
+                    if trace {
+                        eprintln!("t={t} {obs} learns {victim} died");
+                    }
                     if procs[obs as usize].alive {
                         inbox
                             .entry(obs)
@@ -369,6 +372,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                         GcOut::Decided(res) => {
                             let m = pr.machine.as_ref().expect("machine");
                             let v = m.decision().expect("decided").clone();
+                            if trace {
+                                eprintln!("t={t} {r} decided {res:?} (root {})", v.root);
+                            }
                             pr.decided = Some((v, pr.depth));
                             pr.outcome = Some(res);
                             decided_now = true;
@@ -437,6 +443,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                 });
             }
             if dying {
+                if trace {
+                    eprintln!("t={t} {r} dies ({keep} messages of its last batch sent)");
+                }
                 dying_now.push(r);
             }
         }
@@ -628,6 +637,24 @@ fn judge(
                     },
                     va.root,
                     vb.root
+                ));
+            }
+        }
+    }
+    // Disjoint groups: two different decisions never share a member of their new groups
+    // (also when no process holds both: a member that died undecided, or decisions of
+    // processes that never heard of each other).
+    for (a, (va, xs)) in distinct.iter().enumerate() {
+        for (vb, ys) in distinct.iter().skip(a + 1) {
+            let (na, nb) = (va.group(), vb.group());
+            if na == nb {
+                continue;
+            }
+            if let Some(x) = na.iter().find(|&&x| has(nb, x)) {
+                problems.push(format!(
+                    "overlapping groups: rank {x} is in {na:?} (held by {xs:?}, root {}) and in \
+                     {nb:?} (held by {ys:?}, root {})",
+                    va.root, vb.root
                 ));
             }
         }

@@ -246,6 +246,10 @@ fn regression_seeds() {
     for seed in [1_024_943u64].into_iter().chain(0..100) {
         check(&run(&SimConfig::harsh_case(seed, 24)), "regression (harsh)");
     }
+    // 1796493854 (of up to 64 processes): a root's value reached, through a process that
+    // then died, processes its root never heard of; the root decided alone and died
+    // (docs/RUNTIME.md, "Decisions nobody can pass on").
+    check(&run(&SimConfig::random_case(1_796_493_854, 64)), "regression");
 }
 
 /// New seeds every run (from the clock, or `SIM_SEED` to replay: the failing seed is
@@ -565,6 +569,40 @@ fn the_judge_catches_wrong_outcomes() {
         problems.iter().any(|p| p.contains("left out")),
         "{problems:?}"
     );
+}
+
+/// The judge reports two decisions whose groups overlap without being equal, also when their
+/// holders never heard of each other (rank 0 decided {0,1} and died, rank 3 decided {1,3},
+/// rank 1 died undecided): docs/RUNTIME.md, "Decisions nobody can pass on".
+#[test]
+fn the_judge_catches_overlapping_groups_of_strangers() {
+    use std::sync::Arc;
+    let value = |u: &[u32], root: u32| {
+        let u = Arc::new(u.to_vec());
+        Value::new(
+            View::new(u.clone(), u, Arc::new(Vec::new())),
+            Arc::new(Vec::new()),
+            root,
+        )
+    };
+    let cfg = SimConfig::with_groups(4, &[(0, &[0, 1]), (1, &[0, 1]), (3, &[1, 3])], vec![]);
+    let values = vec![Some(value(&[0, 1], 0)), None, None, Some(value(&[1, 3], 3))];
+    let problems = super::sim::judge_values(&cfg, &values, &[0, 1, 2]);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("overlapping groups: rank 1 is in")),
+        "{problems:?}"
+    );
+    assert!(
+        !problems.iter().any(|p| p.contains("disagreement")),
+        "{problems:?}"
+    );
+    // Disjoint groups of strangers are allowed.
+    let values = vec![Some(value(&[0], 0)), None, None, Some(value(&[3], 3))];
+    let cfg = SimConfig::with_groups(4, &[(0, &[0]), (3, &[3])], vec![]);
+    let problems = super::sim::judge_values(&cfg, &values, &[0, 1, 2]);
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 /// Uniform agreement when everyone that had the decision dies: the root and the lowest ranks

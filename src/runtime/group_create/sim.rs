@@ -14,7 +14,7 @@
 //! the largest it received; a run's `steps` is the largest depth at which a survivor decided
 //! (message hops on the critical path, whatever the delays).
 //!
-//! The judge checks termination, uniform agreement and validity as docs/RUNTIME.md
+//! The judge checks termination, agreement and validity as docs/RUNTIME.md
 //! ("Creating a group that survives failures") states them; see [`run`].
 
 use super::{outcome_for, GcIn, GcMsg, GcOut, GroupCreate, GroupCreateError, Value};
@@ -576,9 +576,10 @@ fn has(v: &[u32], r: u32) -> bool {
 
 /// The properties (docs/RUNTIME.md, "Creating a group that survives failures"):
 /// - termination: every survivor decided;
-/// - uniform agreement: two deciders (survivors, or processes that decided and then died) `x`
-///   and `y` hold the same value when `x` is a live participant of `y`'s value, or each is a
-///   participant of the other's;
+/// - agreement (a): two deciders (survivors, or processes that decided and then died) `x`
+///   and `y` hold the same value when `x` is a participant of `y`'s value that it does not
+///   hold dead, or each is a participant of the other's;
+/// - agreement (b): the new groups of two decided values are equal or disjoint;
 /// - validity of every decided value (U, I, D): D holds only dead processes; every member of N
 ///   = I \ D called, and N is within its group and its group within U; N is within the group
 ///   of every surviving participant; every surviving participant that is in the group of
@@ -611,7 +612,7 @@ fn judge(
         }
     }
     let alive = |r: u32| survivors.binary_search(&r).is_ok();
-    // Uniform agreement.
+    // Agreement (a).
     for (a, (va, xs)) in distinct.iter().enumerate() {
         for (vb, ys) in distinct.iter().skip(a + 1) {
             let clash = |vx: &Value, xs: &[u32], vy: &Value, ys: &[u32]| {
@@ -641,9 +642,9 @@ fn judge(
             }
         }
     }
-    // Disjoint groups: two different decisions never share a member of their new groups
-    // (also when no process holds both: a member that died undecided, or decisions of
-    // processes that never heard of each other).
+    // Agreement (b): two different decisions never share a member of their new groups (also
+    // when no process holds both: a member that died undecided, or decisions of processes
+    // that never heard of each other).
     for (a, (va, xs)) in distinct.iter().enumerate() {
         for (vb, ys) in distinct.iter().skip(a + 1) {
             let (na, nb) = (va.group(), vb.group());

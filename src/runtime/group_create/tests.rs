@@ -249,7 +249,10 @@ fn regression_seeds() {
     // 1796493854 (of up to 64 processes): a root's value reached, through a process that
     // then died, processes its root never heard of; the root decided alone and died
     // (docs/RUNTIME.md, "Decisions nobody can pass on").
-    check(&run(&SimConfig::random_case(1_796_493_854, 64)), "regression");
+    check(
+        &run(&SimConfig::random_case(1_796_493_854, 64)),
+        "regression",
+    );
 }
 
 /// New seeds every run (from the clock, or `SIM_SEED` to replay: the failing seed is

@@ -154,6 +154,8 @@ pub struct GroupCreate {
     accepted: Option<Ballot>,
     /// The current root's proposal (for forwarding; the root's own while it proposes).
     prop: Option<(Ballot, Value)>,
+    /// `prop` is its root's own view (`Body::Propose::fresh`).
+    prop_fresh: bool,
     prop_sent: BTreeSet<u32>,
     /// Root: the value is its own (may change), and (view hash, dead) when the attempt began.
     fresh: bool,
@@ -241,6 +243,7 @@ impl GroupCreate {
             asked: BTreeMap::new(),
             accepted: None,
             prop: None,
+            prop_fresh: false,
             prop_sent: BTreeSet::new(),
             fresh: false,
             prop_key: (0, Arc::new(Vec::new())),
@@ -541,13 +544,23 @@ impl GroupCreate {
                     if let Some((ballot, value)) = self.prop.clone() {
                         // Past the gather: answer with the proposal.
                         self.prop_sent.insert(from);
-                        self.send(from, Body::Propose { ballot, value }, out);
+                        let fresh = self.prop_fresh;
+                        let body = Body::Propose {
+                            ballot,
+                            fresh,
+                            value,
+                        };
+                        self.send(from, body, out);
                     }
                 } else if self.is_dead(root) {
                     self.send(from, Body::Nudge, out);
                 }
             }
-            Body::Propose { ballot, value } => {
+            Body::Propose {
+                ballot,
+                fresh,
+                value,
+            } => {
                 self.merge_dead(value.failed.iter().copied());
                 self.merge_view(value.root, &value.view);
                 self.update_root();
@@ -557,18 +570,19 @@ impl GroupCreate {
                         self.send(from, Body::Nudge, out);
                     }
                 } else if self.accepted.is_none_or(|a| ballot > a)
-                    && value.root == ballot.1
+                    && fresh
                     && *value.view.members != *self.view.members
                 {
-                    // The root's own value, of a view that lacks participants I know (the
-                    // merge above made mine a superset of its view): accepting it (and passing
-                    // it on) would let processes its root never heard of hold it. Answer with
-                    // my view instead; the root grows its view and proposes again.
+                    // The root's own view, lacking participants I know (the merge above made
+                    // mine a superset of it): accepting it (and passing it on) would let
+                    // processes its root never heard of hold a value it may replace. Answer
+                    // with my view instead; the root grows its view and proposes again.
                     self.send(self.root, self.full(false), out);
                 } else if self.accepted.is_none_or(|a| ballot > a) {
                     self.accepted = Some(ballot);
                     self.note_acked(Some((ballot, value.clone())));
                     self.prop = Some((ballot, value));
+                    self.prop_fresh = fresh;
                     self.prop_sent.clear();
                     self.prop_sent.insert(from);
                     self.send(self.root, Body::Ack { ballot }, out);
@@ -595,8 +609,14 @@ impl GroupCreate {
                     }
                     Some((b, value)) if self.root == self.me && ballot.1 == self.me => {
                         // An older attempt of mine: send the current one.
-                        let (b, value) = (*b, value.clone());
-                        self.send(from, Body::Propose { ballot: b, value }, out);
+                        let (ballot, value) = (*b, value.clone());
+                        let fresh = self.prop_fresh;
+                        let body = Body::Propose {
+                            ballot,
+                            fresh,
+                            value,
+                        };
+                        self.send(from, body, out);
                     }
                     _ if self.is_dead(ballot.1) => self.send(from, Body::Nudge, out),
                     _ => {}
@@ -740,6 +760,7 @@ impl GroupCreate {
                 if self.prop_sent.insert(c) {
                     let body = Body::Propose {
                         ballot,
+                        fresh: self.prop_fresh,
                         value: value.clone(),
                     };
                     self.send(c, body, out);
@@ -798,6 +819,7 @@ impl GroupCreate {
         for to in targets {
             let body = Body::Propose {
                 ballot,
+                fresh: self.prop_fresh,
                 value: value.clone(),
             };
             self.send(to, body, out);
@@ -818,6 +840,7 @@ impl GroupCreate {
         let ballot = (self.max_term + 1, self.me, 0);
         self.max_term = ballot.0;
         self.fresh = fresh;
+        self.prop_fresh = fresh;
         self.prop_key = (self.vhash, self.failed_in_view());
         self.accepted = Some(ballot);
         self.note_acked(Some((ballot, value.clone())));

@@ -576,10 +576,11 @@ fn has(v: &[u32], r: u32) -> bool {
 
 /// The properties (docs/RUNTIME.md, "Creating a group that survives failures"):
 /// - termination: every survivor decided;
-/// - agreement (a): two deciders (survivors, or processes that decided and then died) `x`
-///   and `y` hold the same value when `x` is a participant of `y`'s value that it does not
-///   hold dead, or each is a participant of the other's;
+/// - agreement (a): a decider (a survivor, or a process that decided and then died) in the
+///   new group of a decided value holds that group;
 /// - agreement (b): the new groups of two decided values are equal or disjoint;
+/// - agreement (c): two survivors `x` and `y` hold the same value when `x` is a participant
+///   of `y`'s value that it does not hold dead, or each is a participant of the other's;
 /// - validity of every decided value (U, I, D): D holds only dead processes; every member of N
 ///   = I \ D called, and N is within its group and its group within U; N is within the group
 ///   of every surviving participant; every surviving participant that is in the group of
@@ -612,18 +613,32 @@ fn judge(
         }
     }
     let alive = |r: u32| survivors.binary_search(&r).is_ok();
-    // Agreement (a).
+    // Agreement (a): a decider in a decided group holds that group; and (c): survivors that
+    // are participants of each other's decisions (or one a participant of the other's not
+    // held dead) hold the same value.
     for (a, (va, xs)) in distinct.iter().enumerate() {
         for (vb, ys) in distinct.iter().skip(a + 1) {
+            let member = |vx: &Value, xs: &[u32], vy: &Value| {
+                xs.iter()
+                    .find(|&&x| has(vy.group(), x) && vx.group() != vy.group())
+                    .copied()
+            };
+            let live = |xs: &[u32]| xs.iter().copied().filter(|&x| alive(x)).collect::<Vec<_>>();
+            let (lxs, lys) = (live(xs), live(ys));
             let clash = |vx: &Value, xs: &[u32], vy: &Value, ys: &[u32]| {
                 xs.iter()
                     .find(|&&x| {
                         has(&vy.view.members, x)
+                            && !ys.is_empty()
                             && (!has(&vy.failed, x) || ys.iter().any(|&y| has(&vx.view.members, y)))
                     })
                     .copied()
             };
-            if let Some(x) = clash(va, xs, vb, ys).or_else(|| clash(vb, ys, va, xs)) {
+            let found = member(va, xs, vb)
+                .or_else(|| member(vb, ys, va))
+                .or_else(|| clash(va, &lxs, vb, &lys))
+                .or_else(|| clash(vb, &lys, va, &lxs));
+            if let Some(x) = found {
                 problems.push(format!(
                     "disagreement: rank {x} holds {:?}, others {:?} (roots {} and {})",
                     if xs.contains(&x) {

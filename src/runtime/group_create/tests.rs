@@ -87,6 +87,36 @@ fn wire_rejects_bad_tags_flags_views_and_order() {
             ..
         })
     ));
+    // The fresh flag of a Propose (the byte after the ballot) other than 0 or 1.
+    let fresh = good
+        .iter()
+        .find(|m| matches!(m.body, Body::Propose { fresh: true, .. }))
+        .unwrap();
+    let Body::Propose { ballot, value, .. } = &fresh.body else {
+        unreachable!()
+    };
+    let stale = GcMsg {
+        body: Body::Propose {
+            ballot: *ballot,
+            fresh: false,
+            value: value.clone(),
+        },
+        ..fresh.clone()
+    };
+    let (a, b) = (fresh.encode(), stale.encode());
+    let at = (0..a.len()).find(|&i| a[i] != b[i]).unwrap();
+    // Tag, operation tag, view hash, two dead, ballot.
+    assert_eq!((a[at], b[at], at), (1, 0, 1 + 8 + 8 + 4 + 8 + 12));
+    let mut bad = a.clone();
+    bad[at] = 2;
+    assert!(matches!(
+        GcMsg::decode(&bad),
+        Err(WireError::BadValue {
+            what: "fresh flag",
+            value: 2,
+            ..
+        })
+    ));
     // A Full whose view hash does not match its view.
     let mut b = full.clone();
     b[9] ^= 1;

@@ -530,7 +530,19 @@ impl GroupCreate {
                     self.send(from, self.full(false), out);
                 }
             }
-            Body::Hello | Body::Nudge => {}
+            Body::Hello => {
+                // A process greets its children only while it gathers: if it greets me after
+                // I got the root's proposal, its root started a new gather (it stepped down
+                // and back): report again (and greet my children again).
+                self.update_root();
+                if self.prop.is_some() && self.root != self.me {
+                    self.prop = None;
+                    self.prop_sent.clear();
+                    self.up_sent = None;
+                    self.hello_sent.clear();
+                }
+            }
+            Body::Nudge => {}
             Body::Up {
                 root,
                 max_term,
@@ -587,6 +599,13 @@ impl GroupCreate {
                     self.prop_sent.insert(from);
                     self.send(self.root, Body::Ack { ballot }, out);
                 } else if self.accepted == Some(ballot) {
+                    if self.prop.is_none() {
+                        // Gathering again (a greeting came after the proposal): pass it on.
+                        self.prop = Some((ballot, value));
+                        self.prop_fresh = fresh;
+                        self.prop_sent.clear();
+                        self.prop_sent.insert(from);
+                    }
                     self.send(self.root, Body::Ack { ballot }, out);
                 } else {
                     // Older than what I accepted (from an earlier root with a higher term):
@@ -647,6 +666,7 @@ impl GroupCreate {
         if root != self.root {
             self.root = root;
             self.up_sent = None;
+            self.hello_sent.clear();
             self.prop = None;
             self.prop_sent.clear();
             self.acks.clear();

@@ -283,6 +283,40 @@ fn regression_seeds() {
         &run(&SimConfig::random_case(1_796_493_854, 64)),
         "regression",
     );
+    // Runs that stopped making progress (2026-12-05, 60 sweeps of 5,000 cases of up to 64
+    // processes): a root re-proposing a value it had authored under another root's ballot,
+    // refused by a process that knew more (fixed by `Propose`'s fresh flag); a child holding
+    // the root's proposal when its root stepped down and back and gathered again (fixed: a
+    // greeting after a proposal means a new gather, report again).
+    for seed in [
+        3_277_165_873u64,
+        3_356_359_994,
+        4_069_067_984,
+        4_979_752_301,
+    ] {
+        check(&run(&SimConfig::random_case(seed, 64)), "regression (64)");
+    }
+    for seed in [
+        3_673_116_557u64,
+        3_950_284_007,
+        4_306_638_558,
+        4_385_825_276,
+        4_504_613_980,
+        4_702_589_188,
+        4_781_777_738,
+        4_821_372_866,
+        4_860_967_022,
+        4_900_560_709,
+        5_098_536_954,
+        5_138_131_233,
+        5_177_728_889,
+        5_336_109_224,
+    ] {
+        check(
+            &run(&SimConfig::harsh_case(seed, 64)),
+            "regression (harsh, 64)",
+        );
+    }
 }
 
 /// New seeds every run (from the clock, or `SIM_SEED` to replay: the failing seed is

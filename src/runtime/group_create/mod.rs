@@ -518,6 +518,16 @@ impl GroupCreate {
         let is_full = matches!(body, Body::Full { .. });
         match body {
             Body::Commit { by, value } => {
+                let foreign = value.view.members.binary_search(&self.me).is_err();
+                let engaged = self
+                    .best_acked
+                    .as_ref()
+                    .is_some_and(|(_, v)| v.view.members.binary_search(&self.me).is_ok());
+                if foreign && engaged {
+                    // A decision made without me, while I accepted a proposal that names me:
+                    // its root may decide with me in its group. Not mine to adopt.
+                    return;
+                }
                 self.commit_sent.insert(from);
                 self.decided = Some(value);
                 self.decided_by = by;

@@ -317,6 +317,23 @@ fn regression_seeds() {
             "regression (harsh, 64)",
         );
     }
+    // Disagreements of the same sweeps: a process that had accepted a proposal naming it
+    // adopted a decision made without it (passed on by a process left out of it, or the
+    // answer of a process that decided alone), while the root of its proposal decided with
+    // it in the group (4187852491, 4979752835, 5256919036); and a root's two attempts decided
+    // by two processes left alone, groups equal, participants not (3356358150: allowed by
+    // rule (a), docs/RUNTIME.md "Semantics").
+    for seed in [
+        4_187_852_491u64,
+        4_979_752_835,
+        5_256_919_036,
+        3_356_358_150,
+    ] {
+        check(
+            &run(&SimConfig::harsh_case(seed, 64)),
+            "regression (harsh, 64)",
+        );
+    }
 }
 
 /// New seeds every run (from the clock, or `SIM_SEED` to replay: the failing seed is

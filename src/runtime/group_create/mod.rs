@@ -523,9 +523,11 @@ impl GroupCreate {
                     .best_acked
                     .as_ref()
                     .is_some_and(|(_, v)| v.view.members.binary_search(&self.me).is_ok());
-                if foreign && engaged {
+                let outsider = value.view.members.binary_search(&from).is_err();
+                if foreign && engaged && (outsider || from != self.root) {
                     // A decision made without me, while I accepted a proposal that names me:
-                    // its root may decide with me in its group. Not mine to adopt.
+                    // unless my own root decided it, that root may still decide with me in
+                    // its group. Not mine to adopt.
                     return;
                 }
                 self.commit_sent.insert(from);

@@ -287,12 +287,15 @@ fn regression_seeds() {
     // processes): a root re-proposing a value it had authored under another root's ballot,
     // refused by a process that knew more (fixed by `Propose`'s fresh flag); a child holding
     // the root's proposal when its root stepped down and back and gathered again (fixed: a
-    // greeting after a proposal means a new gather, report again).
+    // greeting after a proposal means a new gather, report again). 8673119138: a process that
+    // had accepted a proposal naming it refused the decision of its own root (made without it)
+    // and waited for that root for ever.
     for seed in [
         3_277_165_873u64,
         3_356_359_994,
         4_069_067_984,
         4_979_752_301,
+        8_673_119_138,
     ] {
         check(&run(&SimConfig::random_case(seed, 64)), "regression (64)");
     }

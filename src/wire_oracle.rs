@@ -502,12 +502,30 @@ pub fn gc_msg_malformed() -> Vec<(Vec<u8>, WireError)> {
                 // A proposal whose value lists its dead out of order.
                 let mut b = header(gc_tag::PROPOSE, 0, &[]);
                 u32s(&mut b, &[1, 0, 0]);
+                b.push(1);
                 good_view(&mut b);
                 list(&mut b, &[2, 2]);
                 u32s(&mut b, &[0]);
                 b
             },
-            invalid("value's failed rank", HEADER + 12 + 40 + 8),
+            invalid("value's failed rank", HEADER + 12 + 1 + 40 + 8),
+        ),
+        (
+            {
+                // A proposal whose fresh flag is neither 0 nor 1.
+                let mut b = header(gc_tag::PROPOSE, 0, &[]);
+                u32s(&mut b, &[1, 0, 0]);
+                b.push(3);
+                good_view(&mut b);
+                list(&mut b, &[]);
+                u32s(&mut b, &[0]);
+                b
+            },
+            WireError::BadValue {
+                what: "fresh flag",
+                value: 3,
+                offset: HEADER + 12,
+            },
         ),
         (
             {

@@ -154,6 +154,8 @@ pub struct GroupCreate {
     accepted: Option<Ballot>,
     /// The current root's proposal (for forwarding; the root's own while it proposes).
     prop: Option<(Ballot, Value)>,
+    /// `prop` is its root's own view (`Body::Propose::fresh`).
+    prop_fresh: bool,
     prop_sent: BTreeSet<u32>,
     /// Root: the value is its own (may change), and (view hash, dead) when the attempt began.
     fresh: bool,
@@ -241,6 +243,7 @@ impl GroupCreate {
             asked: BTreeMap::new(),
             accepted: None,
             prop: None,
+            prop_fresh: false,
             prop_sent: BTreeSet::new(),
             fresh: false,
             prop_key: (0, Arc::new(Vec::new())),
@@ -515,6 +518,18 @@ impl GroupCreate {
         let is_full = matches!(body, Body::Full { .. });
         match body {
             Body::Commit { by, value } => {
+                let foreign = value.view.members.binary_search(&self.me).is_err();
+                let engaged = self
+                    .best_acked
+                    .as_ref()
+                    .is_some_and(|(_, v)| v.view.members.binary_search(&self.me).is_ok());
+                let outsider = value.view.members.binary_search(&from).is_err();
+                if foreign && engaged && (outsider || from != self.root) {
+                    // A decision made without me, while I accepted a proposal that names me:
+                    // unless my own root decided it, that root may still decide with me in
+                    // its group. Not mine to adopt.
+                    return;
+                }
                 self.commit_sent.insert(from);
                 self.decided = Some(value);
                 self.decided_by = by;
@@ -527,7 +542,19 @@ impl GroupCreate {
                     self.send(from, self.full(false), out);
                 }
             }
-            Body::Hello | Body::Nudge => {}
+            Body::Hello => {
+                // A process greets its children only while it gathers: if it greets me after
+                // I got the root's proposal, its root started a new gather (it stepped down
+                // and back): report again (and greet my children again).
+                self.update_root();
+                if self.prop.is_some() && self.root != self.me {
+                    self.prop = None;
+                    self.prop_sent.clear();
+                    self.up_sent = None;
+                    self.hello_sent.clear();
+                }
+            }
+            Body::Nudge => {}
             Body::Up {
                 root,
                 max_term,
@@ -541,13 +568,23 @@ impl GroupCreate {
                     if let Some((ballot, value)) = self.prop.clone() {
                         // Past the gather: answer with the proposal.
                         self.prop_sent.insert(from);
-                        self.send(from, Body::Propose { ballot, value }, out);
+                        let fresh = self.prop_fresh;
+                        let body = Body::Propose {
+                            ballot,
+                            fresh,
+                            value,
+                        };
+                        self.send(from, body, out);
                     }
                 } else if self.is_dead(root) {
                     self.send(from, Body::Nudge, out);
                 }
             }
-            Body::Propose { ballot, value } => {
+            Body::Propose {
+                ballot,
+                fresh,
+                value,
+            } => {
                 self.merge_dead(value.failed.iter().copied());
                 self.merge_view(value.root, &value.view);
                 self.update_root();
@@ -556,14 +593,31 @@ impl GroupCreate {
                     if self.is_dead(ballot.1) {
                         self.send(from, Body::Nudge, out);
                     }
+                } else if self.accepted.is_none_or(|a| ballot > a)
+                    && fresh
+                    && *value.view.members != *self.view.members
+                {
+                    // The root's own view, lacking participants I know (the merge above made
+                    // mine a superset of it): accepting it (and passing it on) would let
+                    // processes its root never heard of hold a value it may replace. Answer
+                    // with my view instead; the root grows its view and proposes again.
+                    self.send(self.root, self.full(false), out);
                 } else if self.accepted.is_none_or(|a| ballot > a) {
                     self.accepted = Some(ballot);
                     self.note_acked(Some((ballot, value.clone())));
                     self.prop = Some((ballot, value));
+                    self.prop_fresh = fresh;
                     self.prop_sent.clear();
                     self.prop_sent.insert(from);
                     self.send(self.root, Body::Ack { ballot }, out);
                 } else if self.accepted == Some(ballot) {
+                    if self.prop.is_none() {
+                        // Gathering again (a greeting came after the proposal): pass it on.
+                        self.prop = Some((ballot, value));
+                        self.prop_fresh = fresh;
+                        self.prop_sent.clear();
+                        self.prop_sent.insert(from);
+                    }
                     self.send(self.root, Body::Ack { ballot }, out);
                 } else {
                     // Older than what I accepted (from an earlier root with a higher term):
@@ -586,8 +640,14 @@ impl GroupCreate {
                     }
                     Some((b, value)) if self.root == self.me && ballot.1 == self.me => {
                         // An older attempt of mine: send the current one.
-                        let (b, value) = (*b, value.clone());
-                        self.send(from, Body::Propose { ballot: b, value }, out);
+                        let (ballot, value) = (*b, value.clone());
+                        let fresh = self.prop_fresh;
+                        let body = Body::Propose {
+                            ballot,
+                            fresh,
+                            value,
+                        };
+                        self.send(from, body, out);
                     }
                     _ if self.is_dead(ballot.1) => self.send(from, Body::Nudge, out),
                     _ => {}
@@ -618,6 +678,7 @@ impl GroupCreate {
         if root != self.root {
             self.root = root;
             self.up_sent = None;
+            self.hello_sent.clear();
             self.prop = None;
             self.prop_sent.clear();
             self.acks.clear();
@@ -731,6 +792,7 @@ impl GroupCreate {
                 if self.prop_sent.insert(c) {
                     let body = Body::Propose {
                         ballot,
+                        fresh: self.prop_fresh,
                         value: value.clone(),
                     };
                     self.send(c, body, out);
@@ -789,6 +851,7 @@ impl GroupCreate {
         for to in targets {
             let body = Body::Propose {
                 ballot,
+                fresh: self.prop_fresh,
                 value: value.clone(),
             };
             self.send(to, body, out);
@@ -809,6 +872,7 @@ impl GroupCreate {
         let ballot = (self.max_term + 1, self.me, 0);
         self.max_term = ballot.0;
         self.fresh = fresh;
+        self.prop_fresh = fresh;
         self.prop_key = (self.vhash, self.failed_in_view());
         self.accepted = Some(ballot);
         self.note_acked(Some((ballot, value.clone())));

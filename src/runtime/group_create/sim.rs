@@ -14,7 +14,7 @@
 //! the largest it received; a run's `steps` is the largest depth at which a survivor decided
 //! (message hops on the critical path, whatever the delays).
 //!
-//! The judge checks termination, uniform agreement and validity as docs/RUNTIME.md
+//! The judge checks termination, agreement and validity as docs/RUNTIME.md
 //! ("Creating a group that survives failures") states them; see [`run`].
 
 use super::{outcome_for, GcIn, GcMsg, GcOut, GroupCreate, GroupCreateError, Value};
@@ -329,6 +329,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                     }
                 }
                 Ev::Notice { obs, victim } => {
+                    if trace {
+                        eprintln!("t={t} {obs} learns {victim} died");
+                    }
                     if procs[obs as usize].alive {
                         inbox
                             .entry(obs)
@@ -369,6 +372,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                         GcOut::Decided(res) => {
                             let m = pr.machine.as_ref().expect("machine");
                             let v = m.decision().expect("decided").clone();
+                            if trace {
+                                eprintln!("t={t} {r} decided {res:?} (root {})", v.root);
+                            }
                             pr.decided = Some((v, pr.depth));
                             pr.outcome = Some(res);
                             decided_now = true;
@@ -437,6 +443,9 @@ pub fn run(cfg: &SimConfig) -> SimReport {
                 });
             }
             if dying {
+                if trace {
+                    eprintln!("t={t} {r} dies ({keep} messages of its last batch sent)");
+                }
                 dying_now.push(r);
             }
         }
@@ -567,9 +576,11 @@ fn has(v: &[u32], r: u32) -> bool {
 
 /// The properties (docs/RUNTIME.md, "Creating a group that survives failures"):
 /// - termination: every survivor decided;
-/// - uniform agreement: two deciders (survivors, or processes that decided and then died) `x`
-///   and `y` hold the same value when `x` is a live participant of `y`'s value, or each is a
-///   participant of the other's;
+/// - agreement (a): a decider (a survivor, or a process that decided and then died) in the
+///   new group of a decided value holds that group;
+/// - agreement (b): the new groups of two decided values are equal or disjoint;
+/// - agreement (c): two survivors `x` and `y` hold the same value when `x` is a participant
+///   of `y`'s value that it does not hold dead, or each is a participant of the other's;
 /// - validity of every decided value (U, I, D): D holds only dead processes; every member of N
 ///   = I \ D called, and N is within its group and its group within U; N is within the group
 ///   of every surviving participant; every surviving participant that is in the group of
@@ -602,18 +613,32 @@ fn judge(
         }
     }
     let alive = |r: u32| survivors.binary_search(&r).is_ok();
-    // Uniform agreement.
+    // Agreement (a): a decider in a decided group holds that group; and (c): survivors that
+    // are participants of each other's decisions (or one a participant of the other's not
+    // held dead) hold the same value.
     for (a, (va, xs)) in distinct.iter().enumerate() {
         for (vb, ys) in distinct.iter().skip(a + 1) {
+            let member = |vx: &Value, xs: &[u32], vy: &Value| {
+                xs.iter()
+                    .find(|&&x| has(vy.group(), x) && vx.group() != vy.group())
+                    .copied()
+            };
+            let live = |xs: &[u32]| xs.iter().copied().filter(|&x| alive(x)).collect::<Vec<_>>();
+            let (lxs, lys) = (live(xs), live(ys));
             let clash = |vx: &Value, xs: &[u32], vy: &Value, ys: &[u32]| {
                 xs.iter()
                     .find(|&&x| {
                         has(&vy.view.members, x)
+                            && !ys.is_empty()
                             && (!has(&vy.failed, x) || ys.iter().any(|&y| has(&vx.view.members, y)))
                     })
                     .copied()
             };
-            if let Some(x) = clash(va, xs, vb, ys).or_else(|| clash(vb, ys, va, xs)) {
+            let found = member(va, xs, vb)
+                .or_else(|| member(vb, ys, va))
+                .or_else(|| clash(va, &lxs, vb, &lys))
+                .or_else(|| clash(vb, &lys, va, &lxs));
+            if let Some(x) = found {
                 problems.push(format!(
                     "disagreement: rank {x} holds {:?}, others {:?} (roots {} and {})",
                     if xs.contains(&x) {
@@ -628,6 +653,24 @@ fn judge(
                     },
                     va.root,
                     vb.root
+                ));
+            }
+        }
+    }
+    // Agreement (b): two different decisions never share a member of their new groups (also
+    // when no process holds both: a member that died undecided, or decisions of processes
+    // that never heard of each other).
+    for (a, (va, xs)) in distinct.iter().enumerate() {
+        for (vb, ys) in distinct.iter().skip(a + 1) {
+            let (na, nb) = (va.group(), vb.group());
+            if na == nb {
+                continue;
+            }
+            if let Some(x) = na.iter().find(|&&x| has(nb, x)) {
+                problems.push(format!(
+                    "overlapping groups: rank {x} is in {na:?} (held by {xs:?}, root {}) and in \
+                     {nb:?} (held by {ys:?}, root {})",
+                    va.root, vb.root
                 ));
             }
         }

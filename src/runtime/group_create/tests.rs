@@ -87,6 +87,36 @@ fn wire_rejects_bad_tags_flags_views_and_order() {
             ..
         })
     ));
+    // The fresh flag of a Propose (the byte after the ballot) other than 0 or 1.
+    let fresh = good
+        .iter()
+        .find(|m| matches!(m.body, Body::Propose { fresh: true, .. }))
+        .unwrap();
+    let Body::Propose { ballot, value, .. } = &fresh.body else {
+        unreachable!()
+    };
+    let stale = GcMsg {
+        body: Body::Propose {
+            ballot: *ballot,
+            fresh: false,
+            value: value.clone(),
+        },
+        ..fresh.clone()
+    };
+    let (a, b) = (fresh.encode(), stale.encode());
+    let at = (0..a.len()).find(|&i| a[i] != b[i]).unwrap();
+    // Tag, operation tag, view hash, two dead, ballot.
+    assert_eq!((a[at], b[at], at), (1, 0, 1 + 8 + 8 + 4 + 8 + 12));
+    let mut bad = a.clone();
+    bad[at] = 2;
+    assert!(matches!(
+        GcMsg::decode(&bad),
+        Err(WireError::BadValue {
+            what: "fresh flag",
+            value: 2,
+            ..
+        })
+    ));
     // A Full whose view hash does not match its view.
     let mut b = full.clone();
     b[9] ^= 1;
@@ -245,6 +275,67 @@ fn regression_seeds() {
     // pass it on.
     for seed in [1_024_943u64].into_iter().chain(0..100) {
         check(&run(&SimConfig::harsh_case(seed, 24)), "regression (harsh)");
+    }
+    // 1796493854 (of up to 64 processes): a root's value reached, through a process that
+    // then died, processes its root never heard of; the root decided alone and died
+    // (docs/RUNTIME.md, "Decisions nobody can pass on").
+    check(
+        &run(&SimConfig::random_case(1_796_493_854, 64)),
+        "regression",
+    );
+    // Runs that stopped making progress (2026-12-05, 60 sweeps of 5,000 cases of up to 64
+    // processes): a root re-proposing a value it had authored under another root's ballot,
+    // refused by a process that knew more (fixed by `Propose`'s fresh flag); a child holding
+    // the root's proposal when its root stepped down and back and gathered again (fixed: a
+    // greeting after a proposal means a new gather, report again). 8673119138: a process that
+    // had accepted a proposal naming it refused the decision of its own root (made without it)
+    // and waited for that root for ever.
+    for seed in [
+        3_277_165_873u64,
+        3_356_359_994,
+        4_069_067_984,
+        4_979_752_301,
+        8_673_119_138,
+    ] {
+        check(&run(&SimConfig::random_case(seed, 64)), "regression (64)");
+    }
+    for seed in [
+        3_673_116_557u64,
+        3_950_284_007,
+        4_306_638_558,
+        4_385_825_276,
+        4_504_613_980,
+        4_702_589_188,
+        4_781_777_738,
+        4_821_372_866,
+        4_860_967_022,
+        4_900_560_709,
+        5_098_536_954,
+        5_138_131_233,
+        5_177_728_889,
+        5_336_109_224,
+    ] {
+        check(
+            &run(&SimConfig::harsh_case(seed, 64)),
+            "regression (harsh, 64)",
+        );
+    }
+    // Disagreements of the same sweeps: a process that had accepted a proposal naming it
+    // adopted a decision made without it (passed on by a process left out of it, or the
+    // answer of a process that decided alone), while the root of its proposal decided with
+    // it in the group (4187852491, 4979752835, 5256919036); and a root's two attempts decided
+    // by two processes left alone, groups equal, participants not (3356358150: allowed by
+    // rule (a), docs/RUNTIME.md "Semantics").
+    for seed in [
+        4_187_852_491u64,
+        4_979_752_835,
+        5_256_919_036,
+        3_356_358_150,
+    ] {
+        check(
+            &run(&SimConfig::harsh_case(seed, 64)),
+            "regression (harsh, 64)",
+        );
     }
 }
 
@@ -565,6 +656,40 @@ fn the_judge_catches_wrong_outcomes() {
         problems.iter().any(|p| p.contains("left out")),
         "{problems:?}"
     );
+}
+
+/// The judge reports two decisions whose groups overlap without being equal, also when their
+/// holders never heard of each other (rank 0 decided {0,1} and died, rank 3 decided {1,3},
+/// rank 1 died undecided): docs/RUNTIME.md, "Decisions nobody can pass on".
+#[test]
+fn the_judge_catches_overlapping_groups_of_strangers() {
+    use std::sync::Arc;
+    let value = |u: &[u32], root: u32| {
+        let u = Arc::new(u.to_vec());
+        Value::new(
+            View::new(u.clone(), u, Arc::new(Vec::new())),
+            Arc::new(Vec::new()),
+            root,
+        )
+    };
+    let cfg = SimConfig::with_groups(4, &[(0, &[0, 1]), (1, &[0, 1]), (3, &[1, 3])], vec![]);
+    let values = vec![Some(value(&[0, 1], 0)), None, None, Some(value(&[1, 3], 3))];
+    let problems = super::sim::judge_values(&cfg, &values, &[0, 1, 2]);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.starts_with("overlapping groups: rank 1 is in")),
+        "{problems:?}"
+    );
+    assert!(
+        !problems.iter().any(|p| p.contains("disagreement")),
+        "{problems:?}"
+    );
+    // Disjoint groups of strangers are allowed.
+    let values = vec![Some(value(&[0], 0)), None, None, Some(value(&[3], 3))];
+    let cfg = SimConfig::with_groups(4, &[(0, &[0]), (3, &[3])], vec![]);
+    let problems = super::sim::judge_values(&cfg, &values, &[0, 1, 2]);
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 /// Uniform agreement when everyone that had the decision dies: the root and the lowest ranks

@@ -113,7 +113,14 @@ pub enum Body {
     /// My whole view (the answer to a header whose view hash differs); `reply`: send yours.
     Full { view: View, reply: bool },
     /// Root -> down the tree (attempt 0) or straight to every participant (later attempts).
-    Propose { ballot: Ballot, value: Value },
+    /// `fresh`: the value is the root's own view, which it replaces when its view grows (a
+    /// process that knows participants the value lacks refuses it); otherwise it is an
+    /// accepted value re-proposed unchanged (it may be decided already: always accepted).
+    Propose {
+        ballot: Ballot,
+        fresh: bool,
+        value: Value,
+    },
     /// Straight to the root: I accepted `ballot`.
     Ack { ballot: Ballot },
     /// The decision of root `by` (from it to every participant, and the answer to anything
@@ -200,8 +207,13 @@ impl GcMsg {
                 put_view(&mut out, view);
                 out.push(u8::from(*reply));
             }
-            Body::Propose { ballot, value } => {
+            Body::Propose {
+                ballot,
+                fresh,
+                value,
+            } => {
                 put_ballot(&mut out, *ballot);
+                out.push(u8::from(*fresh));
                 put_value(&mut out, value);
             }
             Body::Ack { ballot } => put_ballot(&mut out, *ballot),
@@ -259,6 +271,7 @@ impl GcMsg {
             }
             tag::PROPOSE => Body::Propose {
                 ballot: get_ballot(&mut d)?,
+                fresh: get_flag(&mut d, "fresh flag")?,
                 value: get_value(&mut d)?,
             },
             tag::ACK => Body::Ack {
@@ -425,6 +438,12 @@ pub fn example_messages() -> Vec<GcMsg> {
         },
         Body::Propose {
             ballot: (4, 0, 2),
+            fresh: true,
+            value: value.clone(),
+        },
+        Body::Propose {
+            ballot: (5, 1, 0),
+            fresh: false,
             value: value.clone(),
         },
         Body::Ack { ballot: (4, 0, 2) },

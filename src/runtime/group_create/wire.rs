@@ -146,10 +146,14 @@ pub mod tag {
     pub const HELLO: u8 = 0x21;
     pub const UP: u8 = 0x22;
     pub const FULL: u8 = 0x23;
+    /// A value re-proposed unchanged (`fresh` false): the first layout, kept as it was.
     pub const PROPOSE: u8 = 0x24;
     pub const ACK: u8 = 0x25;
     pub const COMMIT: u8 = 0x26;
     pub const NUDGE: u8 = 0x27;
+    /// A root's own view proposed (`fresh` true): the body of [`PROPOSE`], under a tag of its
+    /// own (a new kind, never a re-purposed field: a peer without it rejects the tag).
+    pub const PROPOSE_FRESH: u8 = 0x28;
 }
 
 impl GcMsg {
@@ -176,7 +180,8 @@ impl GcMsg {
             Body::Hello => tag::HELLO,
             Body::Up { .. } => tag::UP,
             Body::Full { .. } => tag::FULL,
-            Body::Propose { .. } => tag::PROPOSE,
+            Body::Propose { fresh: false, .. } => tag::PROPOSE,
+            Body::Propose { fresh: true, .. } => tag::PROPOSE_FRESH,
             Body::Ack { .. } => tag::ACK,
             Body::Commit { .. } => tag::COMMIT,
             Body::Nudge => tag::NUDGE,
@@ -207,13 +212,8 @@ impl GcMsg {
                 put_view(&mut out, view);
                 out.push(u8::from(*reply));
             }
-            Body::Propose {
-                ballot,
-                fresh,
-                value,
-            } => {
+            Body::Propose { ballot, value, .. } => {
                 put_ballot(&mut out, *ballot);
-                out.push(u8::from(*fresh));
                 put_value(&mut out, value);
             }
             Body::Ack { ballot } => put_ballot(&mut out, *ballot),
@@ -232,7 +232,7 @@ impl GcMsg {
     pub fn decode(buf: &[u8]) -> Result<GcMsg, WireError> {
         let mut d = Dec::new(buf);
         let t = d.u8("group-create tag")?;
-        if !(tag::HELLO..=tag::NUDGE).contains(&t) {
+        if !(tag::HELLO..=tag::PROPOSE_FRESH).contains(&t) {
             return Err(WireError::UnknownTag { tag: t });
         }
         let op_tag = d.u64("op tag")?;
@@ -269,9 +269,9 @@ impl GcMsg {
                     reply: get_flag(&mut d, "reply flag")?,
                 }
             }
-            tag::PROPOSE => Body::Propose {
+            tag::PROPOSE | tag::PROPOSE_FRESH => Body::Propose {
                 ballot: get_ballot(&mut d)?,
-                fresh: get_flag(&mut d, "fresh flag")?,
+                fresh: t == tag::PROPOSE_FRESH,
                 value: get_value(&mut d)?,
             },
             tag::ACK => Body::Ack {

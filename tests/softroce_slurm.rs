@@ -170,7 +170,11 @@ fn group_create_checks(text: &str, ctx: &str) {
             .reduce(|a, b| a.intersection(&b).copied().collect())
             .unwrap();
         for (&r, v) in lines {
-            assert_eq!(set(&v["participants"]), (0..4).collect(), "round {round}: {ctx}");
+            assert_eq!(
+                set(&v["participants"]),
+                (0..4).collect(),
+                "round {round}: {ctx}"
+            );
             assert!(set(&v["failed"]).is_empty(), "round {round}: {ctx}");
             assert_eq!(set(&v["group"]), inter, "round {round}, rank {r}: {ctx}");
             if inter.contains(&r) {

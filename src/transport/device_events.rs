@@ -17,6 +17,7 @@
 
 use super::error::FailureCause;
 use super::Transport;
+use openib_ports::PortState;
 use openib_sys::AsyncEventKind;
 use std::time::{Duration, Instant};
 
@@ -61,6 +62,14 @@ pub(super) fn action(
     }
 }
 
+/// This transport's port went down (from its event or its state), once per time down.
+fn warn_port_down(device: &str, port: u8, what: &str) {
+    tracing::warn!(
+        event = %what,
+        "port {device}:{port} went down: connections over it fail unless it comes back within their retries"
+    );
+}
+
 impl Transport {
     /// Reads and acts on the device's events when [`DEVICE_EVENT_POLL`] has passed since the
     /// last read (called by the service round).
@@ -98,11 +107,12 @@ impl Transport {
                     tracing::warn!(qp_num, event = %what, "device event for a queue pair of no endpoint");
                 }
                 Action::PortDown => {
-                    self.port_down = Some(format!("{device}:{port} is down ({})", ev.description));
-                    tracing::warn!(
-                        event = %what,
-                        "port {device}:{port} went down: connections over it fail unless it comes back within their retries"
-                    );
+                    // Found already by a failure's port query: warned then.
+                    if self.port_down.is_none() {
+                        self.port_down =
+                            Some(format!("{device}:{port} is down ({})", ev.description));
+                        warn_port_down(&device, port, &what);
+                    }
                 }
                 Action::PortUp => {
                     self.port_down = None;
@@ -114,11 +124,27 @@ impl Transport {
     }
 
     /// A failed work completion's text, with the port's state when the device says the port
-    /// is down (read at once: the failure may come before the service round reads the event),
-    /// so that the endpoint's failure names its cause.
+    /// is down (its events read at once, then, if none said so, the port's state queried: the
+    /// failure may come before the device's event), so that the endpoint's failure names its
+    /// cause.
     pub(super) fn with_port_state(&mut self, text: String) -> String {
         self.next_device_poll = Instant::now();
         self.poll_device_events(self.next_device_poll);
+        if self.port_down.is_none() {
+            // The device queues the port's event for each context, which may be after the
+            // work completions it failed: the port's own state says it at once.
+            let (port, ctx) = (self.w.port().port, &self.w.port().ctx);
+            match ctx.query_port(port).map(|a| PortState::from_raw(a.state)) {
+                Ok(PortState::Active) => {}
+                Ok(state) => {
+                    let device = ctx.name().to_string();
+                    let what = format!("port state {state:?} ({device})");
+                    self.port_down = Some(format!("{device}:{port} is down (state {state:?})"));
+                    warn_port_down(&device, port, &what);
+                }
+                Err(e) => tracing::debug!(error = %e, "the port's state cannot be read"),
+            }
+        }
         match &self.port_down {
             Some(why) => format!("{text}; port {why}"),
             None => text,

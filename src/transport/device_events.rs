@@ -23,6 +23,11 @@ use std::time::{Duration, Instant};
 
 /// How often the service round reads the device's events.
 pub(super) const DEVICE_EVENT_POLL: Duration = Duration::from_millis(100);
+/// How long an endpoint's first local QP operation error waits, once per transport, for the
+/// device to say its port is down (see [`Transport::with_port_state`]).
+const PORT_EVENT_WAIT: Duration = Duration::from_millis(200);
+/// `IBV_WC_LOC_QP_OP_ERR`.
+const LOCAL_QP_OPERATION_ERROR: u32 = openib_sys::ffi::verbs::IBV_WC_LOC_QP_OP_ERR;
 /// At most this many events are handled in one round (the rest wait for the next).
 const EVENTS_PER_ROUND: usize = 16;
 
@@ -78,8 +83,19 @@ impl Transport {
             return;
         }
         self.next_device_poll = now + DEVICE_EVENT_POLL;
+        self.read_device_events(Duration::ZERO);
+    }
+
+    /// Reads and acts on up to [`EVENTS_PER_ROUND`] events, waiting at most `wait` for the
+    /// first.
+    fn read_device_events(&mut self, mut wait: Duration) {
         for _ in 0..EVENTS_PER_ROUND {
-            let ev = match self.w.port().ctx.poll_async_event(Duration::ZERO) {
+            let ev = match self
+                .w
+                .port()
+                .ctx
+                .poll_async_event(std::mem::take(&mut wait))
+            {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return,
                 Err(e) => {
@@ -123,31 +139,51 @@ impl Transport {
         }
     }
 
-    /// A failed work completion's text, with the port's state when the device says the port
-    /// is down (its events read at once, then, if none said so, the port's state queried: the
-    /// failure may come before the device's event), so that the endpoint's failure names its
-    /// cause.
-    pub(super) fn with_port_state(&mut self, text: String) -> String {
+    /// A failed work completion's text (of `status`), with the port's state when the device
+    /// says the port is down (its events read at once, then, if none said so, the port's
+    /// state queried; for a local QP operation error both again for up to
+    /// [`PORT_EVENT_WAIT`], once per transport: the failure may come before either), so that
+    /// the endpoint's failure names its cause.
+    pub(super) fn with_port_state(&mut self, text: String, status: u32) -> String {
         self.next_device_poll = Instant::now();
         self.poll_device_events(self.next_device_poll);
-        if self.port_down.is_none() {
-            // The device queues the port's event for each context, which may be after the
-            // work completions it failed: the port's own state says it at once.
-            let (port, ctx) = (self.w.port().port, &self.w.port().ctx);
-            match ctx.query_port(port).map(|a| PortState::from_raw(a.state)) {
-                Ok(PortState::Active) => {}
-                Ok(state) => {
-                    let device = ctx.name().to_string();
-                    let what = format!("port state {state:?} ({device})");
-                    self.port_down = Some(format!("{device}:{port} is down (state {state:?})"));
-                    warn_port_down(&device, port, &what);
+        self.query_port_down();
+        // A local QP operation error is what a device gives for a request it cannot send (on
+        // rxe: its network device went down), and it can come before the device has marked
+        // the port down or queued its event: wait for them a little, once per transport.
+        if self.port_down.is_none() && status == LOCAL_QP_OPERATION_ERROR && !self.port_waited {
+            self.port_waited = true;
+            let deadline = Instant::now() + PORT_EVENT_WAIT;
+            while self.port_down.is_none() {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
                 }
-                Err(e) => tracing::debug!(error = %e, "the port's state cannot be read"),
+                self.read_device_events((deadline - now).min(Duration::from_millis(10)));
+                self.query_port_down();
             }
         }
         match &self.port_down {
             Some(why) => format!("{text}; port {why}"),
             None => text,
+        }
+    }
+
+    /// When no event said so yet, the port's own state: not active means down (warned once).
+    fn query_port_down(&mut self) {
+        if self.port_down.is_some() {
+            return;
+        }
+        let (port, ctx) = (self.w.port().port, &self.w.port().ctx);
+        match ctx.query_port(port).map(|a| PortState::from_raw(a.state)) {
+            Ok(PortState::Active) => {}
+            Ok(state) => {
+                let device = ctx.name().to_string();
+                let what = format!("port state {state:?} ({device})");
+                self.port_down = Some(format!("{device}:{port} is down (state {state:?})"));
+                warn_port_down(&device, port, &what);
+            }
+            Err(e) => tracing::debug!(error = %e, "the port's state cannot be read"),
         }
     }
 

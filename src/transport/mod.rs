@@ -228,6 +228,8 @@ pub struct Transport {
     device_events: u64,
     /// Set while the device says this transport's port is down: its description.
     port_down: Option<String>,
+    /// A failure waited for the port's event already (device_events.rs, `PORT_EVENT_WAIT`).
+    port_waited: bool,
     /// Receive completions of QPs not attached yet (the peer's first message can arrive
     /// before the CPC hands the connection over).
     early: Vec<WorkCompletion>,
@@ -461,6 +463,7 @@ impl Transport {
             next_device_poll: Instant::now(),
             device_events: 0,
             port_down: None,
+            port_waited: false,
             early: Vec::new(),
             dropped_qps: DroppedQps::default(),
             sleeps: 0,

@@ -430,7 +430,7 @@ impl Transport {
                     .get(&peer)
                     .is_some_and(|e| !matches!(e.state, EndpointState::Failed(_)));
                 let text = if first {
-                    self.with_port_state(wc.status_str())
+                    self.with_port_state(wc.status_str(), wc.status)
                 } else {
                     wc.status_str()
                 };

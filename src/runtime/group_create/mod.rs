@@ -565,15 +565,9 @@ impl GroupCreate {
                 self.note_acked(acked);
                 self.reported.insert(from, (root, their_hash));
                 if root == self.root {
-                    if let Some((ballot, value)) = self.prop.clone() {
+                    if let Some(body) = self.prop_msg() {
                         // Past the gather: answer with the proposal.
                         self.prop_sent.insert(from);
-                        let fresh = self.prop_fresh;
-                        let body = Body::Propose {
-                            ballot,
-                            fresh,
-                            value,
-                        };
                         self.send(from, body, out);
                     }
                 } else if self.is_dead(root) {
@@ -605,18 +599,12 @@ impl GroupCreate {
                 } else if self.accepted.is_none_or(|a| ballot > a) {
                     self.accepted = Some(ballot);
                     self.note_acked(Some((ballot, value.clone())));
-                    self.prop = Some((ballot, value));
-                    self.prop_fresh = fresh;
-                    self.prop_sent.clear();
-                    self.prop_sent.insert(from);
+                    self.hold(ballot, value, fresh, from);
                     self.send(self.root, Body::Ack { ballot }, out);
                 } else if self.accepted == Some(ballot) {
                     if self.prop.is_none() {
                         // Gathering again (a greeting came after the proposal): pass it on.
-                        self.prop = Some((ballot, value));
-                        self.prop_fresh = fresh;
-                        self.prop_sent.clear();
-                        self.prop_sent.insert(from);
+                        self.hold(ballot, value, fresh, from);
                     }
                     self.send(self.root, Body::Ack { ballot }, out);
                 } else {
@@ -638,15 +626,9 @@ impl GroupCreate {
                             self.acks.insert(from);
                         }
                     }
-                    Some((b, value)) if self.root == self.me && ballot.1 == self.me => {
+                    Some(_) if self.root == self.me && ballot.1 == self.me => {
                         // An older attempt of mine: send the current one.
-                        let (ballot, value) = (*b, value.clone());
-                        let fresh = self.prop_fresh;
-                        let body = Body::Propose {
-                            ballot,
-                            fresh,
-                            value,
-                        };
+                        let body = self.prop_msg().expect("a proposal");
                         self.send(from, body, out);
                     }
                     _ if self.is_dead(ballot.1) => self.send(from, Body::Nudge, out),
@@ -790,11 +772,7 @@ impl GroupCreate {
         if ballot.2 == 0 {
             for &c in &children {
                 if self.prop_sent.insert(c) {
-                    let body = Body::Propose {
-                        ballot,
-                        fresh: self.prop_fresh,
-                        value: value.clone(),
-                    };
+                    let body = self.prop_msg().expect("a proposal");
                     self.send(c, body, out);
                 }
             }
@@ -845,17 +823,30 @@ impl GroupCreate {
 
     /// Sends the current proposal straight to every live participant.
     fn star_propose(&mut self, out: &mut Vec<GcOut>) {
-        let (ballot, value) = self.prop.clone().expect("a proposal");
+        let body = self.prop_msg().expect("a proposal");
         let targets: Vec<u32> = self.live_members().filter(|r| *r != self.me).collect();
         self.prop_sent = targets.iter().copied().collect();
         for to in targets {
-            let body = Body::Propose {
-                ballot,
-                fresh: self.prop_fresh,
-                value: value.clone(),
-            };
-            self.send(to, body, out);
+            self.send(to, body.clone(), out);
         }
+    }
+
+    /// The held proposal as a message (`prop` with `prop_fresh`).
+    fn prop_msg(&self) -> Option<Body> {
+        let (ballot, value) = self.prop.clone()?;
+        Some(Body::Propose {
+            ballot,
+            fresh: self.prop_fresh,
+            value,
+        })
+    }
+
+    /// Holds the current root's proposal (got from `from`) to pass on.
+    fn hold(&mut self, ballot: Ballot, value: Value, fresh: bool, from: u32) {
+        self.prop = Some((ballot, value));
+        self.prop_fresh = fresh;
+        self.prop_sent.clear();
+        self.prop_sent.insert(from);
     }
 
     /// The root starts the agreement: the highest accepted proposal reported, else its view.

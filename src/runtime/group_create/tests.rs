@@ -837,12 +837,18 @@ fn the_failed_set_names_dead_participants_only() {
     }
 }
 
+/// Times `m` out; whom it names. `waiting_for` (what a driver probes) named the same before,
+/// and names nobody once the machine has finished.
 fn timed_out_waiting(m: &mut GroupCreate) -> Vec<u32> {
     assert!(!m.is_finished());
-    match m.handle(GcIn::Tick { now_ms: 100 }).as_slice() {
+    let before = m.waiting_for();
+    let waiting = match m.handle(GcIn::Tick { now_ms: 100 }).as_slice() {
         [GcOut::TimedOut { waiting }] => waiting.clone(),
         other => panic!("rank {}: {other:?}", m.me()),
-    }
+    };
+    assert_eq!(before, waiting, "rank {}: probed and named differ", m.me());
+    assert!(m.waiting_for().is_empty(), "a timed-out machine waits");
+    waiting
 }
 
 /// Whom a timed-out process names: in the tree, its parent and the children that have not
@@ -863,6 +869,7 @@ fn a_timeout_names_whom_it_waits_for() {
     let ms = drive_by_hand(4, |_, _, _| true);
     for m in &ms {
         assert!(m.is_finished());
+        assert!(m.waiting_for().is_empty(), "a decided machine waits");
         assert_eq!(
             m.outcome().unwrap().unwrap().group.to_vec(),
             vec![0, 1, 2, 3]
@@ -998,4 +1005,134 @@ fn a_new_attempt_is_accepted_over_the_old_and_old_acks_do_not_count() {
             (vec![0, 1, 2], vec![3])
         );
     }
+}
+
+/// A view of the given members, all of whom passed every one of them (I = U).
+fn plain_view(members: &[u32]) -> View {
+    let m = std::sync::Arc::new(members.to_vec());
+    View::new(m.clone(), m, std::sync::Arc::new(vec![]))
+}
+
+/// Root 0's proposal `ballot` of `members` (its own view when `fresh`), as rank 0 sends it.
+fn propose_from_0(ballot: Ballot, fresh: bool, members: &[u32]) -> GcIn {
+    let view = plain_view(members);
+    GcIn::Msg {
+        from: 0,
+        msg: GcMsg {
+            tag: 7,
+            view_hash: view.hash(),
+            failed: std::sync::Arc::new(vec![]),
+            body: Body::Propose {
+                ballot,
+                fresh,
+                value: Value::new(view, std::sync::Arc::new(vec![]), 0),
+            },
+        },
+    }
+}
+
+/// A root's own (fresh) value that lacks a participant I know is refused, answered with my
+/// whole view, even after I accepted an earlier proposal; the very proposal I accepted, sent
+/// again after my view grew, is acknowledged again (idempotent).
+#[test]
+fn a_fresh_value_lacking_a_participant_i_know_is_refused_whatever_i_accepted() {
+    use crate::runtime::{Group, ProcSet};
+    let g = Group::new(4, ProcSet::Ranks(&[0, 1, 2]), &[]);
+    let (mut m, _) = GroupCreate::start(1, 7, &g, Some(100)).unwrap();
+    let kinds = |out: &[GcOut]| -> Vec<(u32, &'static str)> {
+        out.iter()
+            .filter_map(|o| match o {
+                // A refusal is my view unasked ("full"); a question about theirs asks back.
+                GcOut::Send {
+                    to,
+                    msg:
+                        GcMsg {
+                            body: Body::Full { reply: true, .. },
+                            ..
+                        },
+                } => Some((*to, "full?")),
+                GcOut::Send { to, msg } => Some((*to, msg.kind())),
+                _ => None,
+            })
+            .collect()
+    };
+    // Root 0's own value of my group: accepted.
+    let out = m.handle(propose_from_0((1, 0, 0), true, &[0, 1, 2]));
+    assert!(kinds(&out).contains(&(0, "ack")), "{out:?}");
+    // A later attempt of it (higher ballot) lacking 2, whom I know: refused with my view.
+    let out = m.handle(propose_from_0((1, 0, 1), true, &[0, 1]));
+    let k = kinds(&out);
+    assert!(k.contains(&(0, "full")), "{out:?}");
+    assert!(
+        !k.contains(&(0, "ack")),
+        "accepted a value lacking 2: {out:?}"
+    );
+    // My view grows (2 knows 3); the proposal I accepted comes again: acknowledged again.
+    let full = plain_view(&[0, 1, 2, 3]);
+    m.handle(GcIn::Msg {
+        from: 2,
+        msg: GcMsg {
+            tag: 7,
+            view_hash: full.hash(),
+            failed: std::sync::Arc::new(vec![]),
+            body: Body::Full {
+                view: full,
+                reply: false,
+            },
+        },
+    });
+    assert_eq!(*m.view().members, vec![0, 1, 2, 3]);
+    let out = m.handle(propose_from_0((1, 0, 0), true, &[0, 1, 2]));
+    let k = kinds(&out);
+    assert!(k.contains(&(0, "ack")), "{out:?}");
+    assert!(
+        !k.contains(&(0, "full")),
+        "refused the proposal it accepted: {out:?}"
+    );
+}
+
+/// An acknowledgement that reaches a process which is not the root of its ballot: nothing in
+/// answer while that root lives (no proposal, no nudge); a nudge once that root is dead.
+#[test]
+fn a_stray_ack_gets_nothing_while_its_root_lives_and_a_nudge_once_it_died() {
+    // 3's acknowledgement lost: 2 holds root 0's proposal (it passed it to 3).
+    let seen = std::cell::RefCell::new(None);
+    let mut ms = drive_by_hand(4, |from, to, m| {
+        if (from, to, m.kind()) == (0, 2, "propose") {
+            *seen.borrow_mut() = Some(m.clone());
+        }
+        !(from == 3 && m.kind() == "ack")
+    });
+    let Some(GcMsg {
+        body: Body::Propose { ballot, .. },
+        ..
+    }) = seen.into_inner()
+    else {
+        panic!("0 proposed to 2")
+    };
+    let ack = |m: &GroupCreate| GcIn::Msg {
+        from: 3,
+        msg: GcMsg {
+            tag: 7,
+            view_hash: m.view().hash(),
+            failed: std::sync::Arc::new(vec![]),
+            body: Body::Ack { ballot },
+        },
+    };
+    assert!(!ms[2].is_finished());
+    let a = ack(&ms[2]);
+    let out = ms[2].handle(a);
+    assert!(
+        out.is_empty(),
+        "answered a stray ack of a live root: {out:?}"
+    );
+    // Root 0 dies: the same ack now gets a nudge (its root is gone).
+    ms[2].handle(GcIn::PeerGone { rank: 0 });
+    let a = ack(&ms[2]);
+    let out = ms[2].handle(a);
+    assert!(
+        out.iter()
+            .any(|o| matches!(o, GcOut::Send { to: 3, msg } if msg.kind() == "nudge")),
+        "{out:?}"
+    );
 }

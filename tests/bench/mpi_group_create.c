@@ -11,7 +11,7 @@
  *   {"rank", "np", "case", "group": [world ranks it passed], "create": {"code", "class",
  *    "error" (MPI_Error_string of the code; "" on success), "us", "size", "members": [world
  *    ranks of the new communicator]}, "agree": null | {"code", "class", "error", "flag", "us"},
- *    "failed": [world ranks MPIX_Comm_get_failed names] | null}
+ *    "failed": [world ranks MPIX_Comm_get_failed names] | null, "repeat": null | {...} (below)}
  * "size" and "members" are -1 and [] when no communicator was created.
  *
  * A process to kill kills itself with SIGKILL (no outside killer): at "start" (right after its
@@ -44,8 +44,15 @@
  * Every process first prints `ANCHOR_GROUP_START {"rank", "pid"}` (so that a crash Open MPI
  * reports by pid can be put on a rank).
  *
+ * --repeat N (case ok only) measures instead of only answering: after the first operation (which
+ * makes the connections, untimed for this), N more over the world, tags TAG-1 to TAG-N, each
+ * after an MPI_Barrier on the first new communicator (the synchronising step), each new
+ * communicator freed; the line then has "repeat": {"n", "create_us": {"median", "min", "max"},
+ * "total_us": {...} (create plus MPIX_Comm_agree when it runs)}, else "repeat": null. The same
+ * measurement as `openib group-create --repeat N` (docs/CLI.md), for the same machine.
+ *
  * usage: mpi_group_create --case CASE [--delay-us N] [--wait-ms N] [--timeout S] [--tag T]
- *                         [--no-agree]
+ *                         [--no-agree] [--repeat N]
  * Exit: 0 done, 2 bad usage, 3 watchdog.
  */
 #define _GNU_SOURCE
@@ -73,7 +80,7 @@
 enum die_at { DIE_NEVER, DIE_START, DIE_BEFORE, DIE_DURING, DIE_AGREE };
 
 static volatile sig_atomic_t watchdog_phase; /* index into phase_names */
-static const char *phase_names[] = {"init", "create", "agree", "finalize"};
+static const char *phase_names[] = {"init", "create", "agree", "finalize", "repeat"};
 static char watchdog_rank[16] = "-1";
 static const char *watchdog_case = "?";
 static unsigned timeout_s = 30;
@@ -131,7 +138,7 @@ static void usage(const char *why) {
     fprintf(stderr,
             "mpi_group_create: %s\nusage: mpi_group_create --case "
             "ok|1|2|3|3agree|4|5a|5b|5c|5d [--delay-us N] [--wait-ms N] [--timeout S] "
-            "[--tag T] [--no-agree]\n",
+            "[--tag T] [--no-agree] [--repeat N]\n",
             why);
     exit(2);
 }
@@ -191,9 +198,21 @@ static void put_world_ranks(MPI_Group g, MPI_Group world) {
     printf("]");
 }
 
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* {"median", "min", "max"} of n times (sorts them). */
+static void put_stats(double *t, long n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    double med = n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+    printf("{\"median\": %.1f, \"min\": %.1f, \"max\": %.1f}", med, t[0], t[n - 1]);
+}
+
 int main(int argc, char **argv) {
     const char *cs = NULL, *tag = NULL;
-    long wait_ms = 1000;
+    long wait_ms = 1000, repeat = 0;
     int agree = HAVE_ULFM;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
@@ -220,6 +239,9 @@ int main(int argc, char **argv) {
             i++;
         } else if (!strcmp(a, "--no-agree")) {
             agree = 0;
+        } else if (!strcmp(a, "--repeat")) {
+            repeat = parse_num(a, v);
+            i++;
         } else {
             char msg[256];
             snprintf(msg, sizeof msg, "unknown argument '%s'", a);
@@ -237,6 +259,8 @@ int main(int argc, char **argv) {
         snprintf(msg, sizeof msg, "unknown case '%s'", cs);
         usage(msg);
     }
+    if (repeat > 0 && strcmp(cs, "ok") != 0)
+        usage("--repeat measures the failure-free case only: give --case ok");
     watchdog_case = cs;
     char tagbuf[128];
     if (!tag) {
@@ -344,6 +368,40 @@ int main(int argc, char **argv) {
 #endif
     alarm(0);
 
+    /* --repeat: N more operations, each after a barrier on the first new communicator. */
+    double *rep_create = NULL, *rep_total = NULL;
+    long reps = 0;
+    if (repeat > 0 && comm != MPI_COMM_NULL) {
+        rep_create = malloc(sizeof(double) * (size_t)repeat);
+        rep_total = malloc(sizeof(double) * (size_t)repeat);
+        for (long i = 0; i < repeat && rep_create && rep_total; i++) {
+            char rtag[160];
+            snprintf(rtag, sizeof rtag, "%s-%ld", tag, i + 1);
+            arm(4);
+            if (MPI_Barrier(comm) != MPI_SUCCESS)
+                break;
+            MPI_Comm c2 = MPI_COMM_NULL;
+            double r0 = now_us();
+            if (MPI_Comm_create_from_group(group, rtag, MPI_INFO_NULL, MPI_ERRORS_RETURN, &c2) !=
+                MPI_SUCCESS)
+                break;
+            double r1 = now_us();
+#if HAVE_ULFM
+            if (agree) {
+                int f = 1;
+                if (MPIX_Comm_agree(c2, &f) != MPI_SUCCESS)
+                    break;
+            }
+#endif
+            double r2 = now_us();
+            MPI_Comm_free(&c2);
+            rep_create[reps] = r1 - r0;
+            rep_total[reps] = r2 - r0;
+            reps++;
+        }
+        alarm(0);
+    }
+
     int size = -1;
     MPI_Group cg = MPI_GROUP_NULL;
     if (comm != MPI_COMM_NULL) {
@@ -374,8 +432,20 @@ int main(int argc, char **argv) {
         put_world_ranks(failed, world);
     else
         printf("null");
+    printf(", \"repeat\": ");
+    if (reps > 0) {
+        printf("{\"n\": %ld, \"create_us\": ", reps);
+        put_stats(rep_create, reps);
+        printf(", \"total_us\": ");
+        put_stats(rep_total, reps);
+        printf("}");
+    } else {
+        printf("null");
+    }
     printf("}\n");
     fflush(stdout);
+    free(rep_create);
+    free(rep_total);
 
     /* Teardown, bounded too; with failures it may hang or fail: the result is out already. */
     arm(3);

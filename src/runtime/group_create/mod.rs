@@ -875,35 +875,37 @@ impl GroupCreate {
 
 /// Sorted union of two ascending lists.
 fn union(a: &[u32], b: &[u32]) -> Vec<u32> {
+    use std::cmp::Ordering;
     let mut out = Vec::with_capacity(a.len().max(b.len()));
     let (mut i, mut j) = (0, 0);
-    while i < a.len() || j < b.len() {
+    loop {
         match (a.get(i), b.get(j)) {
-            (Some(x), Some(y)) if x == y => {
-                out.push(*x);
+            (Some(&x), Some(&y)) => match x.cmp(&y) {
+                Ordering::Equal => {
+                    out.push(x);
+                    i += 1;
+                    j += 1;
+                }
+                Ordering::Less => {
+                    out.push(x);
+                    i += 1;
+                }
+                Ordering::Greater => {
+                    out.push(y);
+                    j += 1;
+                }
+            },
+            (Some(&x), None) => {
+                out.push(x);
                 i += 1;
+            }
+            (None, Some(&y)) => {
+                out.push(y);
                 j += 1;
             }
-            (Some(x), Some(y)) if x < y => {
-                out.push(*x);
-                i += 1;
-            }
-            (Some(_), Some(y)) => {
-                out.push(*y);
-                j += 1;
-            }
-            (Some(x), None) => {
-                out.push(*x);
-                i += 1;
-            }
-            (None, Some(y)) => {
-                out.push(*y);
-                j += 1;
-            }
-            (None, None) => break,
+            (None, None) => return out,
         }
     }
-    out
 }
 
 /// Sorted intersection of two ascending lists.

@@ -1136,3 +1136,111 @@ fn a_stray_ack_gets_nothing_while_its_root_lives_and_a_nudge_once_it_died() {
         "{out:?}"
     );
 }
+
+/// A root that holds its proposal and gets an acknowledgement of another live root's ballot
+/// answers nothing (its proposal goes only to acknowledgements of its own older attempts).
+#[test]
+fn a_root_answers_nothing_to_an_ack_of_another_live_roots_ballot() {
+    let mut ms = drive_by_hand(4, |from, _, m| !(from == 3 && m.kind() == "ack"));
+    assert!(!ms[0].is_finished());
+    let view_hash = ms[0].view().hash();
+    let out = ms[0].handle(GcIn::Msg {
+        from: 3,
+        msg: GcMsg {
+            tag: 7,
+            view_hash,
+            failed: std::sync::Arc::new(vec![]),
+            body: Body::Ack { ballot: (9, 1, 0) },
+        },
+    });
+    assert!(
+        out.is_empty(),
+        "answered an ack of root 1's ballot: {out:?}"
+    );
+}
+
+/// A process that adopts its root's decision made without some of the processes its own
+/// group names passes the decision to them (they may be waiting for it), the dead excepted.
+#[test]
+fn a_decision_goes_to_my_groups_members_outside_it_but_the_dead() {
+    use crate::runtime::{Group, ProcSet};
+    let g = Group::new(5, ProcSet::Ranks(&[0, 1, 2, 3, 4]), &[]);
+    let (mut m, _) = GroupCreate::start(1, 7, &g, Some(100)).unwrap();
+    m.handle(GcIn::PeerGone { rank: 4 });
+    // Root 0's decision of {0, 1} (its group lacked 2, 3 and 4).
+    let view = plain_view(&[0, 1]);
+    let out = m.handle(GcIn::Msg {
+        from: 0,
+        msg: GcMsg {
+            tag: 7,
+            view_hash: view.hash(),
+            failed: std::sync::Arc::new(vec![]),
+            body: Body::Commit {
+                by: 0,
+                value: Value::new(view, std::sync::Arc::new(vec![]), 0),
+            },
+        },
+    });
+    let d = m.outcome().expect("decided").expect("a member");
+    assert_eq!(d.group.to_vec(), vec![0, 1]);
+    let mut commits: Vec<u32> = out
+        .iter()
+        .filter_map(|o| match o {
+            GcOut::Send { to, msg } if msg.kind() == "commit" => Some(*to),
+            _ => None,
+        })
+        .collect();
+    commits.sort_unstable();
+    assert_eq!(commits, vec![2, 3], "{out:?}");
+}
+
+/// A root that learns that a participant accepted a higher ballot than its proposal's starts
+/// again above it, re-proposing that accepted value unchanged (not fresh) to every live
+/// participant.
+#[test]
+fn a_root_restarts_above_a_higher_accepted_ballot_with_its_value() {
+    let mut ms = drive_by_hand(3, |from, _, m| !(from == 2 && m.kind() == "ack"));
+    assert!(!ms[0].is_finished());
+    let accepted = Value::new(plain_view(&[0, 1, 2]), std::sync::Arc::new(vec![]), 2);
+    let view_hash = ms[0].view().hash();
+    let out = ms[0].handle(GcIn::Msg {
+        from: 1,
+        msg: GcMsg {
+            tag: 7,
+            view_hash,
+            failed: std::sync::Arc::new(vec![]),
+            body: Body::Up {
+                root: 0,
+                max_term: 5,
+                acked: Some(((5, 2, 0), accepted.clone())),
+            },
+        },
+    });
+    for to in [1u32, 2] {
+        assert!(
+            out.iter().any(|o| matches!(o,
+                GcOut::Send { to: t, msg: GcMsg { body: Body::Propose { ballot, fresh: false, value }, .. } }
+                    if *t == to && *ballot > (5, 2, 0) && ballot.1 == 0 && *value == accepted)),
+            "no restart above (5, 2, 0) to {to}: {out:?}"
+        );
+    }
+}
+
+/// The sorted union and intersection that views merge with.
+#[test]
+fn union_and_intersection_of_ascending_lists() {
+    use super::{intersection, union};
+    let cases: [(&[u32], &[u32], &[u32], &[u32]); 6] = [
+        (&[], &[], &[], &[]),
+        (&[1, 3], &[], &[1, 3], &[]),
+        (&[], &[2], &[2], &[]),
+        (&[0, 2, 4], &[1, 2, 5, 6], &[0, 1, 2, 4, 5, 6], &[2]),
+        (&[5, 7], &[1, 2, 3], &[1, 2, 3, 5, 7], &[]),
+        (&[1, 2, 3], &[1, 2, 3], &[1, 2, 3], &[1, 2, 3]),
+    ];
+    for (a, b, u, i) in cases {
+        assert_eq!(union(a, b), u, "union of {a:?} and {b:?}");
+        assert_eq!(union(b, a), u, "union of {b:?} and {a:?}");
+        assert_eq!(intersection(a, b), i, "intersection of {a:?} and {b:?}");
+    }
+}

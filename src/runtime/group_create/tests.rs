@@ -1230,7 +1230,8 @@ fn a_root_restarts_above_a_higher_accepted_ballot_with_its_value() {
 #[test]
 fn union_and_intersection_of_ascending_lists() {
     use super::{intersection, union};
-    let cases: [(&[u32], &[u32], &[u32], &[u32]); 6] = [
+    type Case<'a> = (&'a [u32], &'a [u32], &'a [u32], &'a [u32]);
+    let cases: [Case; 6] = [
         (&[], &[], &[], &[]),
         (&[1, 3], &[], &[1, 3], &[]),
         (&[], &[2], &[2], &[]),

@@ -920,19 +920,32 @@ fn a_late_report_gets_the_proposal() {
     );
 }
 
-/// A proposal received again (the same ballot) is acknowledged again and not passed down the
-/// tree a second time.
-#[test]
-fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
+/// Four processes passing every rank, 3's acknowledgement lost: nobody decides, root 0 holds
+/// its proposal and 2 the one it passed to 3. The machines, and root 0's proposal to 2.
+fn run_with_3s_ack_lost() -> (Vec<GroupCreate>, GcMsg) {
     let seen = std::cell::RefCell::new(None);
-    // 3's acknowledgement lost: nobody decides; 2 holds the proposal it passed to 3.
-    let mut ms = drive_by_hand(4, |from, to, m| {
+    let ms = drive_by_hand(4, |from, to, m| {
         if (from, to, m.kind()) == (0, 2, "propose") {
             *seen.borrow_mut() = Some(m.clone());
         }
         !(from == 3 && m.kind() == "ack")
     });
-    let propose = seen.into_inner().expect("0 proposed to 2");
+    (ms, seen.into_inner().expect("0 proposed to 2"))
+}
+
+/// The ballot of a proposal.
+fn ballot_of(m: &GcMsg) -> Ballot {
+    match m.body {
+        Body::Propose { ballot, .. } => ballot,
+        _ => panic!("not a proposal: {m:?}"),
+    }
+}
+
+/// A proposal received again (the same ballot) is acknowledged again and not passed down the
+/// tree a second time.
+#[test]
+fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
+    let (mut ms, propose) = run_with_3s_ack_lost();
     let out = ms[2].handle(GcIn::Msg {
         from: 0,
         msg: propose,
@@ -948,20 +961,8 @@ fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
 /// for the new one (they get the new proposal); all three survivors decide without the dead.
 #[test]
 fn a_new_attempt_is_accepted_over_the_old_and_old_acks_do_not_count() {
-    let seen = std::cell::RefCell::new(None);
-    let mut ms = drive_by_hand(4, |from, to, m| {
-        if (from, to, m.kind()) == (0, 2, "propose") {
-            *seen.borrow_mut() = Some(m.clone());
-        }
-        !(from == 3 && m.kind() == "ack")
-    });
-    let Some(GcMsg {
-        body: Body::Propose { ballot: old, .. },
-        ..
-    }) = seen.into_inner()
-    else {
-        panic!("0 proposed to 2")
-    };
+    let (mut ms, propose) = run_with_3s_ack_lost();
+    let old = ballot_of(&propose);
     let mut queue: std::collections::VecDeque<(u32, GcOut)> = std::collections::VecDeque::new();
     for r in 0..3u32 {
         let out = ms[r as usize].handle(GcIn::PeerGone { rank: 3 });
@@ -1096,29 +1097,9 @@ fn a_fresh_value_lacking_a_participant_i_know_is_refused_whatever_i_accepted() {
 #[test]
 fn a_stray_ack_gets_nothing_while_its_root_lives_and_a_nudge_once_it_died() {
     // 3's acknowledgement lost: 2 holds root 0's proposal (it passed it to 3).
-    let seen = std::cell::RefCell::new(None);
-    let mut ms = drive_by_hand(4, |from, to, m| {
-        if (from, to, m.kind()) == (0, 2, "propose") {
-            *seen.borrow_mut() = Some(m.clone());
-        }
-        !(from == 3 && m.kind() == "ack")
-    });
-    let Some(GcMsg {
-        body: Body::Propose { ballot, .. },
-        ..
-    }) = seen.into_inner()
-    else {
-        panic!("0 proposed to 2")
-    };
-    let ack = |m: &GroupCreate| GcIn::Msg {
-        from: 3,
-        msg: GcMsg {
-            tag: 7,
-            view_hash: m.view().hash(),
-            failed: std::sync::Arc::new(vec![]),
-            body: Body::Ack { ballot },
-        },
-    };
+    let (mut ms, propose) = run_with_3s_ack_lost();
+    let ballot = ballot_of(&propose);
+    let ack = |m: &GroupCreate| msg_in_view(m, 3, Body::Ack { ballot });
     assert!(!ms[2].is_finished());
     let a = ack(&ms[2]);
     let out = ms[2].handle(a);
@@ -1137,22 +1118,27 @@ fn a_stray_ack_gets_nothing_while_its_root_lives_and_a_nudge_once_it_died() {
     );
 }
 
+/// A message of operation 7 from `from` carrying `m`'s own view hash and no failures.
+fn msg_in_view(m: &GroupCreate, from: u32, body: Body) -> GcIn {
+    GcIn::Msg {
+        from,
+        msg: GcMsg {
+            tag: 7,
+            view_hash: m.view().hash(),
+            failed: std::sync::Arc::new(vec![]),
+            body,
+        },
+    }
+}
+
 /// A root that holds its proposal and gets an acknowledgement of another live root's ballot
 /// answers nothing (its proposal goes only to acknowledgements of its own older attempts).
 #[test]
 fn a_root_answers_nothing_to_an_ack_of_another_live_roots_ballot() {
     let mut ms = drive_by_hand(4, |from, _, m| !(from == 3 && m.kind() == "ack"));
     assert!(!ms[0].is_finished());
-    let view_hash = ms[0].view().hash();
-    let out = ms[0].handle(GcIn::Msg {
-        from: 3,
-        msg: GcMsg {
-            tag: 7,
-            view_hash,
-            failed: std::sync::Arc::new(vec![]),
-            body: Body::Ack { ballot: (9, 1, 0) },
-        },
-    });
+    let ack = msg_in_view(&ms[0], 3, Body::Ack { ballot: (9, 1, 0) });
+    let out = ms[0].handle(ack);
     assert!(
         out.is_empty(),
         "answered an ack of root 1's ballot: {out:?}"
@@ -1202,20 +1188,13 @@ fn a_root_restarts_above_a_higher_accepted_ballot_with_its_value() {
     let mut ms = drive_by_hand(3, |from, _, m| !(from == 2 && m.kind() == "ack"));
     assert!(!ms[0].is_finished());
     let accepted = Value::new(plain_view(&[0, 1, 2]), std::sync::Arc::new(vec![]), 2);
-    let view_hash = ms[0].view().hash();
-    let out = ms[0].handle(GcIn::Msg {
-        from: 1,
-        msg: GcMsg {
-            tag: 7,
-            view_hash,
-            failed: std::sync::Arc::new(vec![]),
-            body: Body::Up {
-                root: 0,
-                max_term: 5,
-                acked: Some(((5, 2, 0), accepted.clone())),
-            },
-        },
-    });
+    let up = Body::Up {
+        root: 0,
+        max_term: 5,
+        acked: Some(((5, 2, 0), accepted.clone())),
+    };
+    let up = msg_in_view(&ms[0], 1, up);
+    let out = ms[0].handle(up);
     for to in [1u32, 2] {
         assert!(
             out.iter().any(|o| matches!(o,

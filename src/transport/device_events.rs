@@ -145,8 +145,8 @@ impl Transport {
     /// [`PORT_EVENT_WAIT`], once per transport: the failure may come before either), so that
     /// the endpoint's failure names its cause.
     pub(super) fn with_port_state(&mut self, text: String, status: u32) -> String {
-        self.next_device_poll = Instant::now();
-        self.poll_device_events(self.next_device_poll);
+        self.next_device_poll = Instant::now() + DEVICE_EVENT_POLL;
+        self.read_device_events(Duration::ZERO);
         self.query_port_down();
         // A local QP operation error is what a device gives for a request it cannot send (on
         // rxe: its network device went down), and it can come before the device has marked

@@ -1017,17 +1017,28 @@ fn plain_view(members: &[u32]) -> View {
 /// Root 0's proposal `ballot` of `members` (its own view when `fresh`), as rank 0 sends it.
 fn propose_from_0(ballot: Ballot, fresh: bool, members: &[u32]) -> GcIn {
     let view = plain_view(members);
+    let hash = view.hash();
+    let value = Value::new(view, std::sync::Arc::new(vec![]), 0);
+    msg_from(
+        0,
+        hash,
+        Body::Propose {
+            ballot,
+            fresh,
+            value,
+        },
+    )
+}
+
+/// A message of operation 7 from `from`, with view hash `view_hash` and no failures.
+fn msg_from(from: u32, view_hash: u64, body: Body) -> GcIn {
     GcIn::Msg {
-        from: 0,
+        from,
         msg: GcMsg {
             tag: 7,
-            view_hash: view.hash(),
+            view_hash,
             failed: std::sync::Arc::new(vec![]),
-            body: Body::Propose {
-                ballot,
-                fresh,
-                value: Value::new(view, std::sync::Arc::new(vec![]), 0),
-            },
+            body,
         },
     }
 }
@@ -1070,18 +1081,15 @@ fn a_fresh_value_lacking_a_participant_i_know_is_refused_whatever_i_accepted() {
     );
     // My view grows (2 knows 3); the proposal I accepted comes again: acknowledged again.
     let full = plain_view(&[0, 1, 2, 3]);
-    m.handle(GcIn::Msg {
-        from: 2,
-        msg: GcMsg {
-            tag: 7,
-            view_hash: full.hash(),
-            failed: std::sync::Arc::new(vec![]),
-            body: Body::Full {
-                view: full,
-                reply: false,
-            },
+    let hash = full.hash();
+    m.handle(msg_from(
+        2,
+        hash,
+        Body::Full {
+            view: full,
+            reply: false,
         },
-    });
+    ));
     assert_eq!(*m.view().members, vec![0, 1, 2, 3]);
     let out = m.handle(propose_from_0((1, 0, 0), true, &[0, 1, 2]));
     let k = kinds(&out);
@@ -1120,15 +1128,7 @@ fn a_stray_ack_gets_nothing_while_its_root_lives_and_a_nudge_once_it_died() {
 
 /// A message of operation 7 from `from` carrying `m`'s own view hash and no failures.
 fn msg_in_view(m: &GroupCreate, from: u32, body: Body) -> GcIn {
-    GcIn::Msg {
-        from,
-        msg: GcMsg {
-            tag: 7,
-            view_hash: m.view().hash(),
-            failed: std::sync::Arc::new(vec![]),
-            body,
-        },
-    }
+    msg_from(from, m.view().hash(), body)
 }
 
 /// A root that holds its proposal and gets an acknowledgement of another live root's ballot
@@ -1155,18 +1155,9 @@ fn a_decision_goes_to_my_groups_members_outside_it_but_the_dead() {
     m.handle(GcIn::PeerGone { rank: 4 });
     // Root 0's decision of {0, 1} (its group lacked 2, 3 and 4).
     let view = plain_view(&[0, 1]);
-    let out = m.handle(GcIn::Msg {
-        from: 0,
-        msg: GcMsg {
-            tag: 7,
-            view_hash: view.hash(),
-            failed: std::sync::Arc::new(vec![]),
-            body: Body::Commit {
-                by: 0,
-                value: Value::new(view, std::sync::Arc::new(vec![]), 0),
-            },
-        },
-    });
+    let hash = view.hash();
+    let value = Value::new(view, std::sync::Arc::new(vec![]), 0);
+    let out = m.handle(msg_from(0, hash, Body::Commit { by: 0, value }));
     let d = m.outcome().expect("decided").expect("a member");
     assert_eq!(d.group.to_vec(), vec![0, 1]);
     let mut commits: Vec<u32> = out

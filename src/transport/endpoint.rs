@@ -496,19 +496,16 @@ impl Endpoint {
     ) -> Result<(), TransportError> {
         let conn = self.conn.as_ref().expect("connected");
         let mr = self.recv_mr.as_ref().expect("connected without an SRQ");
-        // One allocation per batch (a batch is at most 16 buffers, filled by as many messages).
-        let reqs = bufs
-            .iter()
-            .map(|&(id, _)| {
-                Ok((
-                    wr(ANY_PEER, KIND_RECV, id),
-                    mr.sge(id as usize * slot_len, slot_len)?,
-                ))
-            })
-            .collect::<Result<Vec<_>, TransportError>>()?;
-        for (chunk, bufs) in reqs.chunks(RECV_CHAIN).zip(bufs.chunks(RECV_CHAIN)) {
-            conn.qp.post_recv_sges(chunk)?;
-            for &(_, ctl) in bufs {
+        // Each chain's requests on the stack: this runs every few received messages, and a
+        // collected vector cost an allocation, two regrowths and a free per batch.
+        for chunk in bufs.chunks(RECV_CHAIN) {
+            let sge = |id: u32| mr.sge(id as usize * slot_len, slot_len);
+            let mut reqs = [(0, sge(chunk[0].0)?); RECV_CHAIN];
+            for (slot, &(id, _)) in reqs.iter_mut().zip(chunk) {
+                *slot = (wr(ANY_PEER, KIND_RECV, id), sge(id)?);
+            }
+            conn.qp.post_recv_sges(&reqs[..chunk.len()])?;
+            for &(_, ctl) in chunk {
                 self.credits.reposted(ctl);
             }
         }

@@ -672,8 +672,10 @@ impl Transport {
     }
 
     /// The endpoint of `peer`, ready to take an operation (connection started if idle).
+    #[inline]
     fn endpoint(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
-        // A connected endpoint had a path (one lookup on the send path, not three).
+        // A connected endpoint had a path (one lookup on the send path, not three); the rest
+        // out of line, so that the send path saves no registers for it.
         if self
             .eps
             .get(&peer)
@@ -681,6 +683,13 @@ impl Transport {
         {
             return Ok(self.eps.get_mut(&peer).expect("checked"));
         }
+        self.endpoint_not_connected(peer)
+    }
+
+    /// [`Transport::endpoint`] of a peer not connected yet (or failed, or unknown).
+    #[cold]
+    #[inline(never)]
+    fn endpoint_not_connected(&mut self, peer: u32) -> Result<&mut Endpoint, TransportError> {
         let size = self.size();
         if peer == self.rank() {
             self.own_endpoint()?;

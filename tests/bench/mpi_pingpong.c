@@ -32,12 +32,15 @@
  *                        ranks must share a node (as in the anchors' one guest);
  *   "second_message_us"  the round trip right after it, the same way (connected now).
  *
- * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json] [--latency-only]
+ * usage: mpi_pingpong [--sizes 8,64,...] [--iters 200] [--json] [--latency-only] [--trace FILE]
  *   --latency-only  skips the bandwidth loops ("bandwidth_mb_s" is then null): for profiling
  *                   the ping-pong alone
+ *   --trace FILE    rank 0 writes every timed half round trip to FILE, in the order they ran
+ *                   ("size iteration microseconds" per line): where the slow ones fall
  * Prints, like `openib bench --json`:
  *   {"results":[{"size":N,"latency_us":X,"latency_median_us":X,"latency_trimmed_us":X,
- *                "latency_p10_us":X,"bandwidth_mb_s":X,"iterations":N}],"wireup_us":X,"init_us":X,
+ *                "latency_p10_us":X,"latency_p90_us":X,"latency_p99_us":X,"bandwidth_mb_s":X,
+ *                "iterations":N}],"wireup_us":X,"init_us":X,
  *    "first_exchange_us":X,"init_median_us":X,"init_ranks_us":[X,X],"first_message_us":X,
  *    "second_message_us":X[,"since_start_us":X]}
  *
@@ -105,6 +108,7 @@ int main(int argc, char **argv)
     long iters_arg = 200;
     int json = 0;
     int latency_only = 0;
+    const char *trace_path = NULL;
     int usage_error = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
@@ -119,6 +123,8 @@ int main(int argc, char **argv)
             }
         } else if (!strcmp(argv[i], "--json")) {
             json = 1;
+        } else if (!strcmp(argv[i], "--trace") && i + 1 < argc) {
+            trace_path = argv[++i];
         } else if (!strcmp(argv[i], "--latency-only")) {
             latency_only = 1;
         } else {
@@ -134,7 +140,7 @@ int main(int argc, char **argv)
     if (usage_error || size != 2) {
         if (rank == 0) {
             fprintf(stderr, usage_error
-                                ? "usage: mpi_pingpong [--sizes 8,64,...] [--iters N] [--json] [--latency-only]\n"
+                                ? "usage: mpi_pingpong [--sizes 8,64,...] [--iters N] [--json] [--latency-only] [--trace FILE]\n"
                                 : "mpi_pingpong: needs exactly 2 ranks (mpirun -np 2)\n");
         }
         MPI_Finalize();
@@ -200,6 +206,12 @@ int main(int argc, char **argv)
     }
     MPI_Request reqs[WINDOW];
     double lat[MAX_SIZES], lat_med[MAX_SIZES], lat_p10[MAX_SIZES], lat_trim[MAX_SIZES], bw[MAX_SIZES];
+    double lat_p90[MAX_SIZES], lat_p99[MAX_SIZES];
+    FILE *trace = NULL;
+    if (trace_path && rank == 0 && !(trace = fopen(trace_path, "w"))) {
+        fprintf(stderr, "mpi_pingpong: --trace %s: cannot write it\n", trace_path);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
     long its[MAX_SIZES];
     long max_iters = iters_arg < 10 ? 10 : iters_arg;
     double *halves = malloc(sizeof(double) * (size_t) max_iters);
@@ -248,9 +260,14 @@ int main(int argc, char **argv)
         }
         lat[s] = (MPI_Wtime() - t0) * 1e6 / (double) iters / 2.0;
         if (rank == 0) {
+            for (long k = 0; trace && k < iters; k++) {
+                fprintf(trace, "%ld %ld %.3f\n", n, k + 1, halves[k]);
+            }
             qsort(halves, (size_t) iters, sizeof(double), cmp_double);
             lat_med[s] = halves[iters / 2];
             lat_p10[s] = halves[iters / 10];
+            lat_p90[s] = halves[iters * 9 / 10];
+            lat_p99[s] = halves[iters * 99 / 100];
             /* perftest's t_avg rule: the mean without the TRIMMED slowest round trips. */
             long kept = iters > TRIMMED ? iters - TRIMMED : iters;
             double sum = 0;
@@ -298,10 +315,10 @@ int main(int argc, char **argv)
                     snprintf(bwtext, sizeof bwtext, "%.6g", bw[s]);
                 }
                 printf("%s{\"size\":%ld,\"latency_us\":%.3f,\"latency_median_us\":%.3f,"
-                       "\"latency_trimmed_us\":%.3f,\"latency_p10_us\":%.3f,\"bandwidth_mb_s\":%s,"
-                       "\"iterations\":%ld}",
-                       s ? "," : "", sizes[s], lat[s], lat_med[s], lat_trim[s], lat_p10[s], bwtext,
-                       its[s]);
+                       "\"latency_trimmed_us\":%.3f,\"latency_p10_us\":%.3f,\"latency_p90_us\":%.3f,"
+                       "\"latency_p99_us\":%.3f,\"bandwidth_mb_s\":%s,\"iterations\":%ld}",
+                       s ? "," : "", sizes[s], lat[s], lat_med[s], lat_trim[s], lat_p10[s],
+                       lat_p90[s], lat_p99[s], bwtext, its[s]);
             }
             printf("],\"wireup_us\":%.1f,\"init_us\":%.1f,\"first_exchange_us\":%.1f", wire[2],
                    wire[0], wire[1]);
@@ -331,6 +348,9 @@ int main(int argc, char **argv)
     free(halves);
     free(sbuf);
     free(rbuf);
+    if (trace) {
+        fclose(trace);
+    }
     MPI_Finalize();
     return 0;
 }

@@ -150,17 +150,59 @@ impl Runtime for SharedRt {
     fn fence_agrees_on_failures(&self) -> bool {
         self.0.fence_agrees_on_failures()
     }
+    fn fence_ranks(
+        &self,
+        ranks: &[u32],
+        collect: bool,
+        timeout: Duration,
+    ) -> Result<(), RuntimeError> {
+        self.0.fence_ranks(ranks, collect, timeout)
+    }
 }
 
-/// Runs a runtime fence in a thread while this one keeps the transport progressing (so the
-/// protocol's late messages are answered), until the fence returns.
+/// The ranks of the fence after an operation, when it cannot be the whole job's: a runtime
+/// whose fence fails on a dead member (PMIx under mpirun 4.1.4, which reports no deaths)
+/// fences over the job without the participants the decision agreed dead. Every process
+/// holding a decision holds the same one (a left-out process too), so all pass the same list;
+/// `None` (the whole job) without a decision, without agreed deaths, or when the runtime's
+/// fence agrees on failures itself. A process that died after the decision makes this fence
+/// fail too (it is not in the agreed dead).
+fn survivors_to_fence(
+    r: &Result<Decision, GroupCreateFailure>,
+    rt: &dyn Runtime,
+) -> Option<Vec<u32>> {
+    let decision = match r {
+        Ok(d) => d,
+        Err(GroupCreateFailure::LeftOut { decision, .. }) => decision,
+        Err(_) => return None,
+    };
+    if decision.failed.is_empty() || rt.fence_agrees_on_failures() {
+        return None;
+    }
+    Some(
+        (0..rt.info().size)
+            .filter(|x| decision.failed.binary_search(x).is_err())
+            .collect(),
+    )
+}
+
+/// Runs a runtime fence (over `ranks`, or the whole job) in a thread while this one keeps the
+/// transport progressing (so the protocol's late messages are answered), until it returns.
+/// A runtime without a fence over some ranks fences the whole job instead.
 fn fence_progressing(
     t: &mut Transport,
     rt: &Arc<dyn Runtime>,
     timeout: Duration,
+    ranks: Option<Vec<u32>>,
 ) -> Result<(), String> {
     let rt2 = rt.clone();
-    let h = std::thread::spawn(move || rt2.fence(false, timeout));
+    let h = std::thread::spawn(move || match ranks {
+        Some(r) => match rt2.fence_ranks(&r, false, timeout) {
+            Err(RuntimeError::Unsupported(_)) => rt2.fence(false, timeout),
+            other => other,
+        },
+        None => rt2.fence(false, timeout),
+    });
     let mut backoff = IdleBackoff::default();
     while !h.is_finished() {
         t.progress_idle(&mut backoff).map_err(|e| e.to_string())?;
@@ -248,7 +290,8 @@ pub fn run(a: &GroupCreateArgs) -> i32 {
         }
         // Let the others decide before leaving (or starting the next operation, which drops
         // this one's machine): answer the protocol until the survivors' fence.
-        if let Err(e) = fence_progressing(&mut t, &rt, timeout) {
+        let over = survivors_to_fence(&r, rt.as_ref());
+        if let Err(e) = fence_progressing(&mut t, &rt, timeout, over) {
             eprintln!("openib group-create: rank {me}: the fence after operation {tag:?}: {e}");
             code = exit::ERROR;
             break;
@@ -341,7 +384,7 @@ fn measure(
     let all: Vec<u32> = (0..size).collect();
     let mut gc = Vec::new();
     let mut fence = Vec::new();
-    let sync = |t: &mut Transport| fence_progressing(t, rt, timeout);
+    let sync = |t: &mut Transport| fence_progressing(t, rt, timeout, None);
     let fail = |what: &str, e: String| {
         eprintln!("openib group-create: rank {me}: {what}: {e}");
         exit::ERROR
@@ -414,5 +457,82 @@ mod tests {
         }
         // About half the groups drop someone (a drawn rank equal to its own is not dropped).
         assert!((120..=280).contains(&differ), "{differ} of 400 differ");
+    }
+
+    /// A job of 5 ranks whose fence agrees on failures or not.
+    struct Job(JobInfo, bool);
+
+    impl Runtime for Job {
+        fn info(&self) -> &JobInfo {
+            &self.0
+        }
+        fn node_of(&self, _: u32) -> Result<String, RuntimeError> {
+            Ok("n".into())
+        }
+        fn put(&self, _: Scope, _: &str, _: &[u8]) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn commit(&self) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn fence(&self, _: bool, _: Duration) -> Result<(), RuntimeError> {
+            Ok(())
+        }
+        fn get(&self, rank: u32, key: &str, _: Duration) -> Result<Vec<u8>, RuntimeError> {
+            Err(RuntimeError::NotFound {
+                rank,
+                key: key.into(),
+            })
+        }
+        fn fence_agrees_on_failures(&self) -> bool {
+            self.1
+        }
+    }
+
+    #[test]
+    fn the_fence_after_an_operation_that_agreed_deaths_names_everyone_else() {
+        let job = |agrees| {
+            Job(
+                JobInfo {
+                    rank: 0,
+                    size: 5,
+                    node: "n".into(),
+                    local_rank: 0,
+                    local_peers: vec![0],
+                    backend: "test".into(),
+                },
+                agrees,
+            )
+        };
+        let decision = |failed: Vec<u32>| Decision {
+            group: Arc::new(vec![0, 2]),
+            failed: Arc::new(failed),
+            participants: Arc::new(vec![0, 1, 2, 3]),
+        };
+        // Members and left-out processes alike: the job's ranks less the agreed dead (rank 4,
+        // in no one's group, is alive and fences too).
+        let member: Result<Decision, GroupCreateFailure> = Ok(decision(vec![1, 3]));
+        assert_eq!(
+            survivors_to_fence(&member, &job(false)),
+            Some(vec![0, 2, 4])
+        );
+        let left_out = Err(GroupCreateFailure::LeftOut {
+            tag: "t".into(),
+            error: GroupCreateError::ExcludedBy { rank: 4, by: 0 },
+            decision: decision(vec![1, 3]),
+        });
+        assert_eq!(
+            survivors_to_fence(&left_out, &job(false)),
+            Some(vec![0, 2, 4])
+        );
+        // No agreed death, a fence that agrees on failures itself, or no decision: the job's.
+        assert_eq!(survivors_to_fence(&Ok(decision(vec![])), &job(false)), None);
+        assert_eq!(survivors_to_fence(&member, &job(true)), None);
+        let timed_out = Err(GroupCreateFailure::TimedOut {
+            tag: "t".into(),
+            timeout: Duration::from_secs(1),
+            waiting: vec![3],
+        });
+        assert_eq!(survivors_to_fence(&timed_out, &job(false)), None);
     }
 }

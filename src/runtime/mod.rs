@@ -91,6 +91,9 @@ pub enum RuntimeError {
     },
     #[error("runtime protocol error: {0}")]
     Protocol(String),
+    /// This runtime has no such operation (the caller may fall back to another).
+    #[error("this runtime has no {0}")]
+    Unsupported(&'static str),
 }
 
 pub type Result<T, E = RuntimeError> = std::result::Result<T, E>;
@@ -129,6 +132,16 @@ pub trait Runtime: Send + Sync {
     /// `agreed_failed`) rather than failing when a member dies.
     fn fence_agrees_on_failures(&self) -> bool {
         false
+    }
+    /// A barrier (with `collect`, an exchange as [`Runtime::fence`]'s) over exactly `ranks`,
+    /// which must include this process; every listed process calls it with the same list
+    /// (for example the survivors that an agreement named). A runtime without one says so
+    /// ([`RuntimeError::Unsupported`]).
+    fn fence_ranks(&self, ranks: &[u32], collect: bool, timeout: Duration) -> Result<()> {
+        let _ = (ranks, collect, timeout);
+        Err(RuntimeError::Unsupported(
+            "fence over some of the job's ranks",
+        ))
     }
 }
 

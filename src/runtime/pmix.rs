@@ -177,30 +177,6 @@ impl PmixRuntime {
         self.client.is_singleton()
     }
 
-    /// A fence over exactly `ranks` (which must include this process; every listed process
-    /// calls it with the same list), e.g. the survivors after a failure.
-    pub fn fence_ranks(&self, ranks: &[u32], collect: bool, timeout: Duration) -> Result<()> {
-        let mut set: Vec<u32> = ranks.to_vec();
-        set.sort_unstable();
-        set.dedup();
-        if let Some(&bad) = set.iter().find(|&&r| r >= self.info.size) {
-            return Err(RuntimeError::BadRank {
-                rank: bad,
-                size: self.info.size,
-            });
-        }
-        if !set.contains(&self.info.rank) {
-            return Err(RuntimeError::Backend {
-                backend: BACKEND,
-                what: format!(
-                    "fence over {set:?} must include this rank ({})",
-                    self.info.rank
-                ),
-            });
-        }
-        self.fence_over(Some(&set), collect, timeout)
-    }
-
     fn fence_over(&self, ranks: Option<&[u32]>, collect: bool, timeout: Duration) -> Result<()> {
         let mark = if self.options.name_missing && !self.client.is_singleton() {
             let key = self.next_mark_key(ranks);
@@ -490,5 +466,30 @@ impl Runtime for PmixRuntime {
     /// A completed fence is an agreement on who is left out of it (see `fence`).
     fn fence_agrees_on_failures(&self) -> bool {
         true
+    }
+
+    /// A fence over exactly `ranks` (which must include this process; every listed process
+    /// calls it with the same list), e.g. the survivors after a failure: PMIx_Fence with
+    /// their list.
+    fn fence_ranks(&self, ranks: &[u32], collect: bool, timeout: Duration) -> Result<()> {
+        let mut set: Vec<u32> = ranks.to_vec();
+        set.sort_unstable();
+        set.dedup();
+        if let Some(&bad) = set.iter().find(|&&r| r >= self.info.size) {
+            return Err(RuntimeError::BadRank {
+                rank: bad,
+                size: self.info.size,
+            });
+        }
+        if !set.contains(&self.info.rank) {
+            return Err(RuntimeError::Backend {
+                backend: BACKEND,
+                what: format!(
+                    "fence over {set:?} must include this rank ({})",
+                    self.info.rank
+                ),
+            });
+        }
+        self.fence_over(Some(&set), collect, timeout)
     }
 }

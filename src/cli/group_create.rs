@@ -162,13 +162,15 @@ impl Runtime for SharedRt {
 
 /// The ranks of the fence after an operation, when it cannot be the whole job's: a runtime
 /// whose fence fails on a dead member (PMIx under mpirun 4.1.4, which reports no deaths)
-/// fences over the job without the participants the decision agreed dead. Every process
-/// holding a decision holds the same one (a left-out process too), so all pass the same list;
-/// `None` (the whole job) without a decision, without agreed deaths, or when the runtime's
-/// fence agrees on failures itself. A process that died after the decision makes this fence
-/// fail too (it is not in the agreed dead).
+/// fences over the job without the participants agreed dead, by this operation's decision
+/// and the earlier ones (`agreed_dead`, ascending, which this one's are added to). Every
+/// process holding a decision holds the same one (a left-out process too), so all pass the
+/// same list; `None` (the whole job) without a decision, without agreed deaths, or when the
+/// runtime's fence agrees on failures itself. A process that died after the decision makes
+/// this fence fail too (it is not in the agreed dead).
 fn survivors_to_fence(
     r: &Result<Decision, GroupCreateFailure>,
+    agreed_dead: &mut Vec<u32>,
     rt: &dyn Runtime,
 ) -> Option<Vec<u32>> {
     let decision = match r {
@@ -176,12 +178,15 @@ fn survivors_to_fence(
         Err(GroupCreateFailure::LeftOut { decision, .. }) => decision,
         Err(_) => return None,
     };
-    if decision.failed.is_empty() || rt.fence_agrees_on_failures() {
+    agreed_dead.extend(decision.failed.iter());
+    agreed_dead.sort_unstable();
+    agreed_dead.dedup();
+    if agreed_dead.is_empty() || rt.fence_agrees_on_failures() {
         return None;
     }
     Some(
         (0..rt.info().size)
-            .filter(|x| decision.failed.binary_search(x).is_err())
+            .filter(|x| agreed_dead.binary_search(x).is_err())
             .collect(),
     )
 }
@@ -270,6 +275,10 @@ pub fn run(a: &GroupCreateArgs) -> i32 {
         return code;
     }
     let mut code = exit::OK;
+    // The dead that this job's operations agreed so far (the same at every process that
+    // decided them all): a later operation's fence leaves them out even when no group of it
+    // names them.
+    let mut agreed_dead = Vec::new();
     for round in 0..a.rounds.max(1) {
         let passed = match a.random_groups {
             Some(seed) => random_group(seed.wrapping_add(u64::from(round)), me, size),
@@ -290,7 +299,7 @@ pub fn run(a: &GroupCreateArgs) -> i32 {
         }
         // Let the others decide before leaving (or starting the next operation, which drops
         // this one's machine): answer the protocol until the survivors' fence.
-        let over = survivors_to_fence(&r, rt.as_ref());
+        let over = survivors_to_fence(&r, &mut agreed_dead, rt.as_ref());
         if let Err(e) = fence_progressing(&mut t, &rt, timeout, over) {
             eprintln!("openib group-create: rank {me}: the fence after operation {tag:?}: {e}");
             code = exit::ERROR;
@@ -509,30 +518,36 @@ mod tests {
             failed: Arc::new(failed),
             participants: Arc::new(vec![0, 1, 2, 3]),
         };
+        let fence = |r: &Result<Decision, GroupCreateFailure>, agrees| {
+            survivors_to_fence(r, &mut Vec::new(), &job(agrees))
+        };
         // Members and left-out processes alike: the job's ranks less the agreed dead (rank 4,
         // in no one's group, is alive and fences too).
         let member: Result<Decision, GroupCreateFailure> = Ok(decision(vec![1, 3]));
-        assert_eq!(
-            survivors_to_fence(&member, &job(false)),
-            Some(vec![0, 2, 4])
-        );
+        assert_eq!(fence(&member, false), Some(vec![0, 2, 4]));
         let left_out = Err(GroupCreateFailure::LeftOut {
             tag: "t".into(),
             error: GroupCreateError::ExcludedBy { rank: 4, by: 0 },
             decision: decision(vec![1, 3]),
         });
-        assert_eq!(
-            survivors_to_fence(&left_out, &job(false)),
-            Some(vec![0, 2, 4])
-        );
+        assert_eq!(fence(&left_out, false), Some(vec![0, 2, 4]));
         // No agreed death, a fence that agrees on failures itself, or no decision: the job's.
-        assert_eq!(survivors_to_fence(&Ok(decision(vec![])), &job(false)), None);
-        assert_eq!(survivors_to_fence(&member, &job(true)), None);
+        assert_eq!(fence(&Ok(decision(vec![])), false), None);
+        assert_eq!(fence(&member, true), None);
         let timed_out = Err(GroupCreateFailure::TimedOut {
             tag: "t".into(),
             timeout: Duration::from_secs(1),
             waiting: vec![3],
         });
-        assert_eq!(survivors_to_fence(&timed_out, &job(false)), None);
+        assert_eq!(fence(&timed_out, false), None);
+        // The dead agreed by earlier operations stay out of later fences, also when the later
+        // operation's groups no longer name them.
+        let mut dead = Vec::new();
+        let mut after =
+            |failed: Vec<u32>| survivors_to_fence(&Ok(decision(failed)), &mut dead, &job(false));
+        assert_eq!(after(vec![3]), Some(vec![0, 1, 2, 4]));
+        assert_eq!(after(vec![]), Some(vec![0, 1, 2, 4]));
+        assert_eq!(after(vec![1]), Some(vec![0, 2, 4]));
+        assert_eq!(dead, [1, 3]);
     }
 }

@@ -9,6 +9,9 @@
 #   fuzz/run.sh 120
 #   FUZZ_TARGETS=transport_msg fuzz/run.sh 300
 #
+# The targets are built first, then run FUZZ_JOBS at a time (default: the number of CPUs, at
+# most 2: CI's budget), each single-threaded for its SECONDS.
+#
 # Needs cargo-fuzz (installed here if missing) and a nightly compiler, or RUSTC_BOOTSTRAP=1
 # on stable (set here).
 #
@@ -30,19 +33,40 @@ scratch="$(mktemp -d)"
 trap 'rm -rf "$scratch"' EXIT
 status=0
 # FUZZ_TARGETS: the targets to run (default: all).
-for target in ${FUZZ_TARGETS:-node_blob proc_blob transport_msg runtime_msg fence_msg gc_msg}; do
+targets=(${FUZZ_TARGETS:-node_blob proc_blob transport_msg runtime_msg fence_msg gc_msg})
+jobs="${FUZZ_JOBS:-$(nproc)}"
+if [ "$jobs" -gt 2 ] && [ -z "${FUZZ_JOBS:-}" ]; then jobs=2; fi
+# Built first, one after the other (the runs below then build nothing; a build error is
+# shown with the target's failure).
+for target in "${targets[@]}"; do
+  cargo fuzz build "$target" >"$scratch/$target.build" 2>&1 || true
+done
+run_one() {
+  local target=$1
   mkdir -p "$scratch/$target" "artifacts/$target"
   echo "fuzz/run.sh: $target for ${SECONDS_EACH}s" >&2
   # The regressions of a target, if it has any (git keeps no empty directory; libFuzzer
   # refuses a missing one).
-  inputs=("$scratch/$target" "corpus/$target")
+  local inputs=("$scratch/$target" "corpus/$target")
   if [ -d "regressions/$target" ]; then inputs+=("regressions/$target"); fi
-  if ! cargo fuzz run "$target" "${inputs[@]}" -- \
-      -max_total_time="$SECONDS_EACH" -rss_limit_mb="$RSS_LIMIT_MB" \
-      -malloc_limit_mb="$MALLOC_LIMIT_MB" -max_len=4096 \
-      -artifact_prefix="artifacts/$target/" -print_final_stats=1 2>&1 | tee "$scratch/$target.log" | grep -E "^(#[0-9]+ *DONE|==|SUMMARY|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus)" ; then
-    :
+  cargo fuzz run "$target" "${inputs[@]}" -- \
+    -max_total_time="$SECONDS_EACH" -rss_limit_mb="$RSS_LIMIT_MB" \
+    -malloc_limit_mb="$MALLOC_LIMIT_MB" -max_len=4096 \
+    -artifact_prefix="artifacts/$target/" -print_final_stats=1 > "$scratch/$target.log" 2>&1 || true
+  grep -E "^(#[0-9]+ *DONE|==|SUMMARY|stat::number_of_executed_units|stat::average_exec_per_sec|INFO: seed corpus)" \
+    "$scratch/$target.log" | sed "s/^/$target: /" || true
+}
+running=0
+for target in "${targets[@]}"; do
+  run_one "$target" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
   fi
+done
+wait
+for target in "${targets[@]}"; do
   if grep -qE "ERROR: libFuzzer|panicked at|SUMMARY: .*Sanitizer|deadly signal|out-of-memory|exceeds limit" "$scratch/$target.log"; then
     echo "fuzz/run.sh: $target FOUND A CRASH; see fuzz/artifacts/$target/" >&2
     grep -E "panicked at|SUMMARY|Test unit written" "$scratch/$target.log" >&2 || true
@@ -50,6 +74,7 @@ for target in ${FUZZ_TARGETS:-node_blob proc_blob transport_msg runtime_msg fenc
   elif ! grep -q "stat::number_of_executed_units" "$scratch/$target.log"; then
     # A target that never ran (build error, bad argument) is a failure, not a pass.
     echo "fuzz/run.sh: $target did not run:" >&2
+    cat "$scratch/$target.build" >&2
     grep -vE '^ +[0-9]+: |^ +at ' "$scratch/$target.log" | tail -n 15 >&2
     status=1
   fi

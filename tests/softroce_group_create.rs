@@ -22,7 +22,7 @@
 //! no failure event reaches the survivors, the probes and the endpoints find it): three runs,
 //! a victim in the second, judged the same way. The survivors' fence after the second is over
 //! the ranks it did not agree dead (PMIx's fence over every rank fails on the dead one), so
-//! they go on to the third; only a victim that died after being decided a member (at
+//! they go on to the third; only a victim that died after the decision counted it alive (at
 //! `gc-agree`, its acknowledgement sent) may make that fence fail and end the job there.
 //!
 //! The seed changes every run and is printed; `GUEST_GC_SEED=S` replays one. Slow in debug:
@@ -387,16 +387,17 @@ fn survivors_create_the_same_group_when_ranks_die_and_groups_differ() {
                 .collect()
         };
         // Under mpirun, a survivor's fence after an operation fails only on a victim that the
-        // operation decided a member (dead after its acknowledgement); the job ends there.
+        // operation's decision counted alive (dead after its acknowledgement, so in no one's
+        // agreed dead); the job ends there.
         let mut last = rounds(run);
         if run.mpirun && err.contains("the fence after operation") {
             let (&victim, &(round, _)) = run.victims.iter().next().expect("a victim");
-            let decided_member = lines
+            let decided_alive = lines
                 .get(&round)
                 .and_then(|l| l.values().next())
-                .is_some_and(|v| ranks(&v["group"]).contains(&victim));
+                .is_some_and(|v| !ranks(&v["failed"]).contains(&victim));
             assert!(
-                decided_member,
+                decided_alive && dead.contains(&victim),
                 "a survivor's fence after an operation failed, though the operation agreed \
                  its victim {victim} dead (or it did not die): {ctx}"
             );

@@ -132,9 +132,80 @@ fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
 }
 
+/// Set in the guest when the test binary runs [`rdmacm_unmarked_refusals`] as one command.
+const RDMACM_REFUSALS_ENV: &str = "OPENIB_TEST_RDMACM_REFUSALS";
+
+/// rdmacm on rxe0:1 between two services of this process: a request that the peer's side
+/// refuses without a marker (as its kernel's rdma_cm may, once seen in CI) is sent again, up to
+/// three requests in all; a third refusal ends the attempt with it.
+fn rdmacm_unmarked_refusals() -> Result<String, String> {
+    use openib_cpc::{LocalPort, RdmacmService};
+    use std::time::{Duration, Instant};
+    let e = |e: openib_sys::Error| e.to_string();
+    let list = openib_sys::devices().map_err(e)?;
+    let dev = list.iter().find(|d| d.name() == "rxe0").ok_or("no rxe0")?;
+    let ctx = dev.open().map_err(e)?;
+    // The harness's veth0 has 10.77.0.1; rxe0's GID 1 is its IPv4-mapped GID.
+    let ip = std::net::IpAddr::from([10, 77, 0, 1]);
+    let caps = openib_sys::QpCaps {
+        max_send_wr: 16,
+        max_recv_wr: 16,
+        max_send_sge: 1,
+        max_recv_sge: 1,
+        max_inline_data: 0,
+    };
+    let mut report = Vec::new();
+    for refusals in [2u32, 3] {
+        let lp = LocalPort::open(&ctx, 1, 1, 64, caps).map_err(e)?;
+        let mut s0 = RdmacmService::bind(0, &lp, ip).map_err(e)?;
+        let mut s1 = RdmacmService::bind(1, &lp, ip).map_err(e)?;
+        s1.add_peer(0, s0.address());
+        s0.refuse_next_requests_unmarked(refusals);
+        let start = Instant::now();
+        s1.connect(0, 0, start);
+        let outcome = loop {
+            let now = Instant::now();
+            s0.progress(now).map_err(e)?;
+            s1.progress(now).map_err(e)?;
+            if let Some((peer, _, err)) =
+                s0.take_failed().into_iter().chain(s1.take_failed()).next()
+            {
+                break format!("failed: rank {peer}: {err}");
+            }
+            let (e0, e1) = (s0.take_established(), s1.take_established());
+            if !e0.is_empty() || !e1.is_empty() {
+                // The other side's half follows within the settle time.
+                let (mut n0, mut n1) = (e0.len(), e1.len());
+                let settle = Instant::now();
+                while settle.elapsed() < Duration::from_millis(300) {
+                    s0.progress(Instant::now()).map_err(e)?;
+                    s1.progress(Instant::now()).map_err(e)?;
+                    n0 += s0.take_established().len();
+                    n1 += s1.take_established().len();
+                }
+                break format!("connected: {n0} + {n1}");
+            }
+            if now.duration_since(start) > Duration::from_secs(30) {
+                break "no outcome in 30 s".to_string();
+            }
+        };
+        report.push(format!("refusals {refusals}: {outcome}"));
+    }
+    Ok(report.join("\n"))
+}
+
 #[test]
 fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
+    if std::env::var_os(RDMACM_REFUSALS_ENV).is_some() {
+        match rdmacm_unmarked_refusals() {
+            Ok(r) => println!("{r}"),
+            Err(e) => panic!("rdmacm refusals: {e}"),
+        }
+        return;
+    }
     let b = bin();
+    let me = std::env::current_exe().expect("the test binary's path");
+    let me = me.display();
     let cmds = [
         "ibv_devinfo -v".to_string(),
         format!("{b} ports --json"),
@@ -143,6 +214,7 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
         format!("{b} ports --json --include rxe0:2,mlx5_9"),
         format!("{b} ports"),
         format!("{b} selftest --json --iters 20"),
+        format!("env {RDMACM_REFUSALS_ENV}=1 {me} --exact ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0 --nocapture --test-threads 1 2>&1"),
         // Async events: the port goes down and comes back while `openib events` watches.
         format!("({b} events --count 2 --timeout 120 --json > /tmp/ev &); sleep 5; ip link set veth0 down; sleep 3; ip link set veth0 up; sleep 5; cat /tmp/ev"),
     ];
@@ -240,7 +312,22 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
         );
     }
 
-    let events: Vec<Value> = s[7].0.lines().map(json).collect();
+    // Refused without a marker: two refusals cost two more requests and make one connection;
+    // a third ends the attempt with the refusal.
+    assert_eq!(s[7].1, 0, "rdmacm refusals: {}", s[7].0);
+    assert!(
+        s[7].0.contains("refusals 2: connected: 1 + 1"),
+        "two unmarked refusals, then one connection: {}",
+        s[7].0
+    );
+    assert!(
+        s[7].0
+            .contains("refusals 3: failed: rank 0: rdmacm: Rejected (status 28)"),
+        "a third refusal ends the attempt: {}",
+        s[7].0
+    );
+
+    let events: Vec<Value> = s[8].0.lines().map(json).collect();
     let kinds: Vec<&str> = events
         .iter()
         .map(|e| e["event"].as_str().unwrap())
@@ -249,7 +336,7 @@ fn ports_agree_with_ibv_devinfo_and_filters_act_on_rxe0() {
         kinds,
         ["PortError { port: 1 }", "PortActive { port: 1 }"],
         "{}",
-        s[7].0
+        s[8].0
     );
 }
 

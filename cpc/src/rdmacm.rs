@@ -20,7 +20,14 @@ use std::time::{Duration, Instant};
 const MAGIC: u8 = 0xcd;
 /// Reject payload meaning "I am the lower rank: my own request is the connection".
 const MINE: &[u8] = &[0xce];
+/// Reject payload meaning "openib saw your request and refuses it" (not to be retried).
+const REFUSED: &[u8] = &[0xcf];
 const RESOLVE_MS: i32 = 2000;
+/// Attempts for one connection when the peer side refuses a request without the peer's
+/// marker (a refusal its kernel's rdma_cm made, not the peer's rank rule): the first and two
+/// more, the n-th retry `RETRY_STEP * n` after the refusal, all within the service's timeout.
+const REJECT_TRIES: u8 = 3;
+const RETRY_STEP: Duration = Duration::from_millis(50);
 
 fn private(from: u32, to: u32, pair: u8) -> [u8; 10] {
     let mut b = [0u8; 10];
@@ -49,6 +56,17 @@ struct Attempt {
     started: Instant,
     /// The peer's QP number, from its connect request (passive side).
     remote_qp: u32,
+    /// Requests this connection has sent so far, this one included (active side).
+    tries: u8,
+}
+
+/// An active attempt to start again after an unmarked refusal.
+struct Retry {
+    peer: u32,
+    pair: u8,
+    started: Instant,
+    tries: u8,
+    at: Instant,
 }
 
 /// One process's rdmacm endpoint on one port.
@@ -64,6 +82,9 @@ pub struct RdmacmService {
     passive: HashMap<usize, Attempt>,
     /// (peer, pair) the peer promised to connect (after its "mine" reject), with a deadline.
     awaiting: HashMap<(u32, u8), Instant>,
+    retries: Vec<Retry>,
+    /// Requests still to refuse without a marker, as a peer's rdma_cm may (for tests).
+    refuse_unmarked: u32,
     established: Vec<Connection>,
     failed: Vec<(u32, u8, ConnectError)>,
     pub timeout: Duration,
@@ -92,6 +113,8 @@ impl RdmacmService {
             active: HashMap::new(),
             passive: HashMap::new(),
             awaiting: HashMap::new(),
+            retries: Vec::new(),
+            refuse_unmarked: 0,
             established: Vec::new(),
             failed: Vec::new(),
             timeout: Duration::from_secs(10),
@@ -108,6 +131,12 @@ impl RdmacmService {
 
     /// Starts connecting to `peer` for port pair `pair`.
     pub fn connect(&mut self, peer: u32, pair: u8, now: Instant) {
+        self.start(peer, pair, now, 1);
+    }
+
+    /// Sends request number `tries` of the connection to (`peer`, `pair`) first asked for at
+    /// `started` (address resolution first).
+    fn start(&mut self, peer: u32, pair: u8, started: Instant, tries: u8) {
         let Some(dst) = self.peers.get(&peer).copied() else {
             self.failed
                 .push((peer, pair, ConnectError::UnknownPeer { peer }));
@@ -127,13 +156,21 @@ impl RdmacmService {
                         pair,
                         id,
                         qp: None,
-                        started: now,
+                        started,
                         remote_qp: 0,
+                        tries,
                     },
                 );
             }
             Err(e) => self.failed.push((peer, pair, e.into())),
         }
+    }
+
+    /// Refuses the next `n` connect requests with an empty reject, as the rdma_cm of a peer's
+    /// kernel does when it fails a request before openib sees it: for tests of the retry.
+    #[doc(hidden)]
+    pub fn refuse_next_requests_unmarked(&mut self, n: u32) {
+        self.refuse_unmarked = n;
     }
 
     pub fn take_established(&mut self) -> Vec<Connection> {
@@ -155,8 +192,14 @@ impl RdmacmService {
             }
             if let Some(a) = self.active.remove(&ev.token) {
                 let (peer, pair) = (a.peer, a.pair);
-                match self.on_active_event(a, ev.kind, ev.status, &ev.private_data, ev.peer_qp_num)
-                {
+                match self.on_active_event(
+                    a,
+                    ev.kind,
+                    ev.status,
+                    &ev.private_data,
+                    ev.peer_qp_num,
+                    now,
+                ) {
                     Ok(Some(a)) => {
                         self.active.insert(ev.token, a);
                     }
@@ -183,6 +226,13 @@ impl RdmacmService {
                     }
                 }
             }
+        }
+        let due: Vec<Retry>;
+        (due, self.retries) = std::mem::take(&mut self.retries)
+            .into_iter()
+            .partition(|r| now >= r.at);
+        for r in due {
+            self.start(r.peer, r.pair, r.started, r.tries);
         }
         let timeout = self.timeout;
         let expired: Vec<usize> = self
@@ -231,6 +281,7 @@ impl RdmacmService {
         status: i32,
         data: &[u8],
         peer_qp: u32,
+        now: Instant,
     ) -> Result<Option<Attempt>, ConnectError> {
         match kind {
             CmEventKind::AddrResolved => {
@@ -265,6 +316,30 @@ impl RdmacmService {
                     .insert((a.peer, a.pair), a.started + self.timeout);
                 Ok(None)
             }
+            CmEventKind::Rejected
+                if a.tries < REJECT_TRIES
+                    && data.iter().all(|b| *b == 0)
+                    && now + RETRY_STEP * u32::from(a.tries) < a.started + self.timeout =>
+            {
+                // Neither the peer's rank rule (MINE) nor a refusal of its openib (REFUSED):
+                // the rdma_cm on its side refused before the peer saw the request.
+                tracing::info!(
+                    peer = a.peer,
+                    pair = a.pair,
+                    status,
+                    "rdmacm: the peer side refused our request without its marker; \
+                     retrying (request {} of {REJECT_TRIES})",
+                    a.tries + 1
+                );
+                self.retries.push(Retry {
+                    peer: a.peer,
+                    pair: a.pair,
+                    started: a.started,
+                    tries: a.tries + 1,
+                    at: now + RETRY_STEP * u32::from(a.tries),
+                });
+                Ok(None)
+            }
             CmEventKind::Established => Ok(Some(a)),
             CmEventKind::AddrError
             | CmEventKind::RouteError
@@ -279,13 +354,18 @@ impl RdmacmService {
     }
 
     fn on_request(&mut self, id: CmId, data: &[u8], peer_qp: u32, now: Instant) {
+        if self.refuse_unmarked > 0 {
+            self.refuse_unmarked -= 1;
+            let _ = id.reject(&[]);
+            return;
+        }
         let Some((from, to, pair)) = parse_private(data) else {
             tracing::info!("rdmacm connect request without openib private data rejected");
-            let _ = id.reject(&[]);
+            let _ = id.reject(REFUSED);
             return;
         };
         if to != self.me {
-            let _ = id.reject(&[]);
+            let _ = id.reject(REFUSED);
             return;
         }
         let mine = self
@@ -303,6 +383,8 @@ impl RdmacmService {
             self.active.remove(&token);
         }
         self.awaiting.remove(&(from, pair));
+        // A retry of ours still waiting is this connection now.
+        self.retries.retain(|r| (r.peer, r.pair) != (from, pair));
         let r = (|| {
             let qp = self.port.create_qp_reset()?;
             id.transition(&qp, &[v::IBV_QPS_INIT], &self.port.params)?;
@@ -327,11 +409,12 @@ impl RdmacmService {
                         qp: Some(qp),
                         started: now,
                         remote_qp: peer_qp,
+                        tries: 0,
                     },
                 );
             }
             Err(e) => {
-                let _ = id.reject(&[]);
+                let _ = id.reject(REFUSED);
                 self.failed.push((from, pair, e.into()));
             }
         }

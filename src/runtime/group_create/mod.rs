@@ -19,9 +19,10 @@
 //! - **Agreement.** When every child reported, the root proposes (`Propose`, down the tree)
 //!   the value of its view, or, if a report carried an accepted proposal, the highest one
 //!   unchanged (Paxos); every participant acknowledges straight to the root (`Ack`); when
-//!   every live participant acknowledged and (for a value of its own) its view did not change,
-//!   the root sends the decision to every participant (`Commit`). A change (a new death, a
-//!   view that grew) makes a new attempt, sent straight to every participant.
+//!   every participant acknowledged or died and (for a value of its own) its view did not
+//!   change, the root sends the decision to every live participant (`Commit`). A view that
+//!   grew makes a new attempt, sent straight to every participant; a death does not (the
+//!   value, fixed while the process lived, stands: it may be in the new group).
 //!
 //! Like [`super::resilient`] it never does I/O or reads a clock: fed [`GcIn`], it answers
 //! [`GcOut`]. [`sim`] drives thousands of them.
@@ -787,9 +788,12 @@ impl GroupCreate {
             return self.progress(out);
         }
         let failed = self.failed_in_view();
-        let changed = self.prop_key.0 != self.vhash || *self.prop_key.1 != *failed;
+        // A view that grew makes a new attempt; a death does not: the value stands, and the
+        // acknowledgements of the participants still alive decide it (the orphans of a dead
+        // process report to their new parent in the tree, which answers with the proposal).
+        let changed = self.prop_key.0 != self.vhash;
         if changed {
-            // A death or a view that grew: a new attempt, straight to everyone.
+            // A view that grew: a new attempt, straight to everyone.
             let value = if self.fresh {
                 self.current_value()
             } else {
@@ -804,8 +808,10 @@ impl GroupCreate {
             self.star_propose(out);
         }
         let (_, value) = self.prop.clone().expect("a proposal");
-        let others = self.view.members.len() - 1 - self.prop_key.1.len();
-        if self.pending.is_empty() && self.acks.len() >= others {
+        let failed = self.failed_in_view();
+        let dead_unacked = failed.iter().filter(|d| !self.acks.contains(d)).count();
+        if self.pending.is_empty() && self.acks.len() + dead_unacked + 1 >= self.view.members.len()
+        {
             self.decided = Some(value.clone());
             self.decided_by = self.me;
             let targets: Vec<u32> = self.live_members().filter(|r| *r != self.me).collect();

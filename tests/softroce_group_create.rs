@@ -22,8 +22,8 @@
 //! no failure event reaches the survivors, the probes and the endpoints find it): three runs,
 //! a victim in the second, judged the same way. The survivors' fence after the second is over
 //! the ranks it did not agree dead (PMIx's fence over every rank fails on the dead one), so
-//! they go on to the third; only a victim that died after the decision counted it alive (at
-//! `gc-agree`, its acknowledgement sent) may make that fence fail and end the job there.
+//! they go on to the third; only a victim that the decision counted alive (dead after the
+//! root's proposal, at `gc-agree`) may make that fence fail and end the job there.
 //!
 //! The seed changes every run and is printed; `GUEST_GC_SEED=S` replays one. Slow in debug:
 //! `#[ignore]`d, and run in release by `scripts/test`.

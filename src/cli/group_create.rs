@@ -166,8 +166,8 @@ impl Runtime for SharedRt {
 /// and the earlier ones (`agreed_dead`, ascending, which this one's are added to). Every
 /// process holding a decision holds the same one (a left-out process too), so all pass the
 /// same list; `None` (the whole job) without a decision, without agreed deaths, or when the
-/// runtime's fence agrees on failures itself. A process that died after the decision makes
-/// this fence fail too (it is not in the agreed dead).
+/// runtime's fence agrees on failures itself. A process that died after the root's proposal
+/// (the decision counts it alive) makes this fence fail too (it is not in the agreed dead).
 fn survivors_to_fence(
     r: &Result<Decision, GroupCreateFailure>,
     agreed_dead: &mut Vec<u32>,

@@ -61,7 +61,7 @@ struct Attempt {
 }
 
 /// An active attempt to start again after an unmarked refusal.
-struct Retry {
+struct PendingRetry {
     peer: u32,
     pair: u8,
     started: Instant,
@@ -82,7 +82,7 @@ pub struct RdmacmService {
     passive: HashMap<usize, Attempt>,
     /// (peer, pair) the peer promised to connect (after its "mine" reject), with a deadline.
     awaiting: HashMap<(u32, u8), Instant>,
-    retries: Vec<Retry>,
+    retries: Vec<PendingRetry>,
     /// Requests still to refuse without a marker, as a peer's rdma_cm may (for tests).
     refuse_unmarked: u32,
     established: Vec<Connection>,
@@ -227,7 +227,7 @@ impl RdmacmService {
                 }
             }
         }
-        let due: Vec<Retry>;
+        let due: Vec<PendingRetry>;
         (due, self.retries) = std::mem::take(&mut self.retries)
             .into_iter()
             .partition(|r| now >= r.at);
@@ -331,7 +331,7 @@ impl RdmacmService {
                      retrying (request {} of {REJECT_TRIES})",
                     a.tries + 1
                 );
-                self.retries.push(Retry {
+                self.retries.push(PendingRetry {
                     peer: a.peer,
                     pair: a.pair,
                     started: a.started,

@@ -800,7 +800,7 @@ impl GroupCreate {
                 value
             };
             let ballot = (ballot.0, ballot.1, ballot.2 + 1);
-            self.prop_key = (self.vhash, failed);
+            self.prop_key = (self.vhash, failed.clone());
             self.accepted = Some(ballot);
             self.note_acked(Some((ballot, value.clone())));
             self.prop = Some((ballot, value));
@@ -808,7 +808,6 @@ impl GroupCreate {
             self.star_propose(out);
         }
         let (_, value) = self.prop.clone().expect("a proposal");
-        let failed = self.failed_in_view();
         let dead_unacked = failed.iter().filter(|d| !self.acks.contains(d)).count();
         if self.pending.is_empty() && self.acks.len() + dead_unacked + 1 >= self.view.members.len()
         {

@@ -980,6 +980,30 @@ fn a_repeated_proposal_is_acknowledged_not_forwarded_again() {
     );
 }
 
+/// Delivers the queued sends, and those they cause, to the ranks below `live` (the others
+/// are dead: their messages are dropped), each message shown to `see` first; fails after
+/// `limit` deliveries (no end).
+fn deliver_below(
+    ms: &mut [GroupCreate],
+    mut queue: std::collections::VecDeque<(u32, GcOut)>,
+    live: u32,
+    limit: usize,
+    mut see: impl FnMut(&GcMsg),
+) {
+    let mut delivered = 0;
+    while let Some((from, o)) = queue.pop_front() {
+        if let GcOut::Send { to, msg } = o {
+            see(&msg);
+            if to < live {
+                delivered += 1;
+                assert!(delivered < limit, "no end");
+                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
+                queue.extend(out.into_iter().map(|o| (to, o)));
+            }
+        }
+    }
+}
+
 /// A death found inside the agreement leaves the proposal standing: no new attempt, the
 /// acknowledgements of the others decide it, and the process that died after the proposal is
 /// in the decided group (the next operation finds it dead).
@@ -1006,20 +1030,11 @@ fn a_death_inside_the_agreement_keeps_the_value_and_its_acks() {
         queue.extend(out.into_iter().map(|o| (r, o)));
     }
     assert!(ms[0].is_finished(), "the root decided on the acks it had");
-    let mut delivered = 0;
-    while let Some((from, o)) = queue.pop_front() {
-        if let GcOut::Send { to, msg } = o {
-            if let Body::Commit { value, .. } = &msg.body {
-                assert_eq!(*value.failed, Vec::<u32>::new(), "the proposal's value");
-            }
-            if to < 3 {
-                delivered += 1;
-                assert!(delivered < 200, "no end");
-                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
-                queue.extend(out.into_iter().map(|o| (to, o)));
-            }
+    deliver_below(&mut ms, queue, 3, 200, |msg| {
+        if let Body::Commit { value, .. } = &msg.body {
+            assert_eq!(*value.failed, Vec::<u32>::new(), "the proposal's value");
         }
-    }
+    });
     for m in &ms[..3] {
         let d = m.outcome().expect("decided").expect("a member");
         assert_eq!(
@@ -1083,17 +1098,7 @@ fn a_new_attempt_is_accepted_over_the_old_and_old_acks_do_not_count() {
         );
         queue.extend(out.into_iter().map(|o| (0, o)));
     }
-    let mut delivered = 0;
-    while let Some((from, o)) = queue.pop_front() {
-        if let GcOut::Send { to, msg } = o {
-            if to < 4 {
-                delivered += 1;
-                assert!(delivered < 400, "no end");
-                let out = ms[to as usize].handle(GcIn::Msg { from, msg });
-                queue.extend(out.into_iter().map(|o| (to, o)));
-            }
-        }
-    }
+    deliver_below(&mut ms, queue, 4, 400, |_| {});
     for m in &ms[..4] {
         let d = m.outcome().expect("decided").expect("a member");
         assert_eq!(

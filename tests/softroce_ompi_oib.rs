@@ -849,13 +849,27 @@ fn matrix_thread_multiple_4_threads_per_rank_with_2_and_4_ranks() {
     }
 }
 
+/// The jobs of [`matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time`] that only
+/// the BTL can end (name, ranks, `ompi_matrix` subtest): the rank that sends to the dead one
+/// right after it died (`killsend`), and the one whose sends wait for the dead rank's credits
+/// (`killstall`: the victim was stopped first, so nothing of the sender's is in flight when it
+/// dies; only the transport's probe of a peer it waits on notices).
+const KILLS_THE_BTL_NOTICES: [(&str, u32, &str); 4] = [
+    ("killsend-np2", 2, "killsend"),
+    ("killsend-np4", 4, "killsend"),
+    ("killstall-np2", 2, "killstall"),
+    ("killstall-np4", 4, "killstall"),
+];
+
 /// A rank calls MPI_Abort(MPI_COMM_WORLD, 7) while the others wait in a receive: mpirun ends
 /// the job with status 7 before its timeout. A rank kills itself (SIGKILL) in the middle of a
 /// rendezvous send: the job ends, non-zero, before the timeout (124 would be a hang). With
 /// `orte_abort_on_non_zero_status 0` (mpirun leaves the job running when a rank dies) rank 0
 /// keeps sending to the dead rank: oib prints one line for that endpoint, naming the rank and
 /// the transport's reason, at the default verbosity, and its error callback makes ob1 end the
-/// job (before main, a failed send called the callback without that line).
+/// job (before main, a failed send called the callback without that line). Likewise when rank
+/// 0's sends wait for the credits of a rank that was stopped and then killed (`killstall`):
+/// the transport probes a peer it waits on with nothing in flight.
 #[test]
 fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
     let Some((so, exe)) = matrix_prereqs("softroce_ompi_oib") else {
@@ -869,12 +883,12 @@ fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
     // mpirun does not end the job when a rank dies (orte_abort_on_non_zero_status 0): rank 0's
     // sends to the dead rank fail, oib reports that endpoint once through the error callback
     // (ob1 aborts), at the default verbosity.
-    for (name, n) in [("killsend-np2", 2), ("killsend-np4", 4)] {
+    for (name, n, args) in KILLS_THE_BTL_NOTICES {
         let launcher = format!(
             "OMPI_MCA_btl_base_verbose=0 {} --mca orte_abort_on_non_zero_status 0",
             mpirun(n, 300)
         );
-        script.push_str(&job(name, &launcher, &exe, "killsend"));
+        script.push_str(&job(name, &launcher, &exe, args));
     }
     script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "1500"], &["sh", "-c", &script]);
@@ -910,10 +924,15 @@ fn matrix_mpi_abort_and_a_killed_rank_end_the_job_in_bounded_time() {
         );
         ompi::assert_over_oib(name, &text, n);
     }
-    for (name, n) in [("killsend-np2", 2), ("killsend-np4", 4)] {
+    for (name, n, args) in KILLS_THE_BTL_NOTICES {
         let text = job_text(&out, name);
+        let reached = if args == "killstall" {
+            "ompi_matrix: kill: rank 0 waits for its sends to the dead rank"
+        } else {
+            "ompi_matrix: kill: rank 0 received the victim's first messages"
+        };
         assert!(
-            text.contains("ompi_matrix: kill: rank 0 received the victim's first messages"),
+            text.contains(reached),
             "{name}: the exchange did not reach the kill:\n{text}"
         );
         assert!(!text.contains("ompi_matrix: FAIL"), "{name}:\n{text}");

@@ -2,7 +2,9 @@
 //! (`attach`), completions of QPs not attached or dropped, and an endpoint's failure and
 //! removal.
 
-use super::endpoint::{unwr, wr, EndpointState, Posted, ANY_PEER, KIND_RECV, KIND_SRQ};
+use super::endpoint::{
+    unwr, wr, EndpointState, Posted, ANY_PEER, KIND_RECV, KIND_SRQ, PROBE_AFTER,
+};
 use super::error::{Completion, FailureCause, TransportError};
 use super::rendezvous::Source;
 use super::wire::HDR;
@@ -187,7 +189,27 @@ impl Transport {
                 self.fail(dead, FailureCause::PeerDied(dead));
             }
         }
+        if now >= self.next_probe_scan {
+            self.next_probe_scan = now + PROBE_AFTER / 4;
+            self.probe_waiting(now);
+        }
         Ok(())
+    }
+
+    /// Probes the peers that endpoints have waited on for [`PROBE_AFTER`] with nothing of
+    /// their own in flight ([`Endpoint::probe_if_waiting`]): a peer that died while this
+    /// process waited for its credits, its CTS or its FIN fails its endpoint (the queue pair's
+    /// retries run out) instead of leaving the wait without an end.
+    fn probe_waiting(&mut self, now: Instant) {
+        let mut failed = Vec::new();
+        for (peer, ep) in self.eps.iter_mut() {
+            if let Err(e) = ep.probe_if_waiting(peer, now) {
+                failed.push((peer, e));
+            }
+        }
+        for (peer, e) in failed {
+            self.fail(peer, FailureCause::local(e));
+        }
     }
 
     /// The endpoint to this process's own rank, ready to take an operation: made on first use
@@ -411,6 +433,7 @@ impl Transport {
                 Posted::Read { .. }
                 | Posted::Write { .. }
                 | Posted::Close
+                | Posted::Probe
                 | Posted::Unsignaled { .. } => {}
             }
         }

@@ -15,6 +15,11 @@ use openib_sys::{MemoryRegion, SendOp, RECV_CHAIN};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long an endpoint waits on its peer with nothing of its own in flight before it probes
+/// the peer with an empty RDMA write (see [`Endpoint::probe_if_waiting`]).
+pub(super) const PROBE_AFTER: Duration = Duration::from_secs(1);
 
 /// Send-queue entries kept free for credit returns and FINs.
 const SQ_RESERVE: usize = 4;
@@ -148,6 +153,8 @@ pub(super) enum Posted {
     /// An empty RDMA write (IBTA C9-88: no address or key needed) posted signaled to retire the
     /// unsignaled messages before it when no other request would.
     Close,
+    /// The empty write of [`Endpoint::probe_if_waiting`]: its failure is the peer's.
+    Probe,
     /// A put or get; holds the local region until it completes.
     Rdma {
         _local: super::op::LocalRegion,
@@ -303,6 +310,9 @@ pub(super) struct Endpoint {
     pub(super) signal_every: u32,
     /// Unsignaled messages posted since the last signaled request.
     pub(super) unsignaled_run: u32,
+    /// Since when (as first seen) the endpoint waits on its peer with nothing of its own in
+    /// flight ([`Endpoint::waits_blind`]); `None`: it does not.
+    pub(super) waiting_since: Option<Instant>,
 }
 
 /// The shared receive queue's state (see [`pool::CreditPool`]).
@@ -344,6 +354,9 @@ pub struct EndpointStats {
     /// Empty writes that `flush` posted to learn that unsignaled messages completed (nothing
     /// posted after them would have said so).
     pub tails_closed: u64,
+    /// Empty writes posted to a peer this endpoint waited on with nothing in flight
+    /// ([`Endpoint::probe_if_waiting`]).
+    pub probes: u64,
     /// The sequence number our next message to the peer takes (it wraps from 2^32 - 1 to 0).
     pub next_seq: u32,
     /// The sequence number the peer's next message must carry.
@@ -379,6 +392,7 @@ impl Endpoint {
             lie_at_seq: None,
             signal_every,
             unsignaled_run: 0,
+            waiting_since: None,
         }
     }
 
@@ -707,6 +721,50 @@ impl Endpoint {
         {
             return Ok(());
         }
+        self.post_empty_write(peer, Posted::Close)?;
+        self.stats.tails_closed += 1;
+        Ok(())
+    }
+
+    /// Whether the endpoint waits on its peer (work queued, a rendezvous open, a notice to
+    /// send) with no signaled request of its own posted: no completion will come, so nothing
+    /// would say that the peer is gone (unsignaled messages at the tail may well have been
+    /// acknowledged long ago). A peer that died then would never be noticed: its credits, CTS
+    /// or FIN just never come.
+    pub(super) fn waits_blind(&self) -> bool {
+        self.state == EndpointState::Connected
+            && self.posted.signaled() == 0
+            && self.busy_but_tail()
+    }
+
+    /// Probes the peer with an empty signaled RDMA write once the endpoint has waited blind
+    /// ([`Endpoint::waits_blind`]) for [`PROBE_AFTER`] since `now` first saw it so: a live
+    /// peer's queue pair acknowledges it (a stopped process's too: the device answers), a dead
+    /// one's retries run out and the failed completion fails the endpoint like any other.
+    /// Called every [`PROBE_AFTER`] / 4 or so; returns whether it posted a probe.
+    pub(super) fn probe_if_waiting(
+        &mut self,
+        peer: u32,
+        now: Instant,
+    ) -> Result<bool, TransportError> {
+        if !self.waits_blind() {
+            self.waiting_since = None;
+            return Ok(false);
+        }
+        let since = *self.waiting_since.get_or_insert(now);
+        if now.saturating_duration_since(since) < PROBE_AFTER || !self.sq_budget.room() {
+            return Ok(false);
+        }
+        self.post_empty_write(peer, Posted::Probe)?;
+        self.waiting_since = None;
+        self.stats.probes += 1;
+        tracing::debug!(peer, "waited on the peer with nothing in flight: probed it");
+        Ok(true)
+    }
+
+    /// Posts a signaled RDMA write of no bytes (no address or key is checked for it) as
+    /// `posted`.
+    fn post_empty_write(&mut self, peer: u32, posted: Posted) -> Result<(), TransportError> {
         let id = self.id();
         self.conn
             .as_ref()
@@ -723,9 +781,8 @@ impl Endpoint {
                 inline: false,
             })?;
         self.unsignaled_run = 0;
-        self.posted.insert(id, Posted::Close);
+        self.posted.insert(id, posted);
         self.sq_budget.posted(true);
-        self.stats.tails_closed += 1;
         Ok(())
     }
 }

@@ -198,6 +198,8 @@ pub struct Transport {
     /// two: the hot loop reads the time-stamp counter, not the clock.
     last_service_tick: u64,
     service_ticks: u64,
+    /// When the service poll next looks for endpoints to probe ([`Transport::probe_waiting`]).
+    next_probe_scan: Instant,
     /// [`TransportConfig::yield_after`] in ticks.
     yield_after_ticks: u64,
     /// The tick at the start of the last `progress` call.
@@ -449,6 +451,7 @@ impl Transport {
             wcs: Vec::with_capacity(64),
             last_service_tick: clock::ticks(),
             service_ticks: tick_rate.ticks_in(SERVICE_POLL),
+            next_probe_scan: Instant::now(),
             yield_after_ticks,
             progress_tick: 0,
             tick_rate,

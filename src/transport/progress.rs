@@ -615,7 +615,7 @@ impl Transport {
                     release_outgoing(ep, peer, seq, &mut self.cache, &mut self.done);
                 }
             }
-            Some(Posted::Close) | Some(Posted::Unsignaled { .. }) | None => {}
+            Some(Posted::Close) | Some(Posted::Probe) | Some(Posted::Unsignaled { .. }) | None => {}
         }
         Ok(())
     }

@@ -27,15 +27,23 @@
  *               the job ends (run with orte_abort_on_non_zero_status 0, so that the BTL's
  *               error callback for that endpoint, not mpirun, ends it). Waiting matters: a
  *               peer that dies while nothing is in flight to it is only noticed when
- *               something is (no keepalive), and sends that wait for its credits never are.
+ *               something is (no keepalive).
+ *   killstall   the last rank stops itself (SIGSTOP: its device still acknowledges what
+ *               arrives) and rank 0 sends it more small messages than it has credits for,
+ *               then kills it (SIGKILL) and waits for those sends: they wait for credits with
+ *               nothing of rank 0's in flight, so only the transport's probe of a peer it
+ *               waits on finds it dead (run with orte_abort_on_non_zero_status 0: the error
+ *               callback ends the job; before the probe this hung).
  *
  * Every received byte is checked (mpi_check.h). Prints "ompi_matrix: SUBTEST rank R of N ok"
  * per subtest passed; a failure prints "ompi_matrix: FAIL ..." and aborts with code 3.
  */
+#define _POSIX_C_SOURCE 200809L /* kill, nanosleep */
 #include "mpi_check.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 static int rank, size;
@@ -413,6 +421,38 @@ static void do_abort(void)
     mc_fail("a receive that nothing sends completed");
 }
 
+/* The state letter of process `pid` ('X' when it is gone), from /proc/PID/stat. */
+static char proc_state(int pid)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    char state = 'X';
+    if (NULL != f) {
+        if (1 != fscanf(f, "%*d (%*[^)]) %c", &state)) {
+            state = '?';
+        }
+        fclose(f);
+    }
+    return state;
+}
+
+/* Waits (up to 60 s) until process `pid` is in one of `states` (a zombie's queue pairs are
+   released: it has exited). */
+static void wait_for_state(int pid, const char *states, const char *what)
+{
+    for (int tries = 0;; tries++) {
+        char state = proc_state(pid);
+        if (NULL != strchr(states, state)) {
+            return;
+        }
+        if (tries > 600) {
+            mc_fail("the victim (pid %d) is not %s after 60 s (state %c)", pid, what, state);
+        }
+        nanosleep(&(struct timespec){.tv_nsec = 100 * 1000 * 1000}, NULL);
+    }
+}
+
 static void do_kill(int send_after)
 {
     enum { EAGER = 3 };
@@ -455,26 +495,7 @@ static void do_kill(int send_after)
         printf("ompi_matrix: kill: rank 0 received the victim's first messages\n");
         fflush(stdout);
         if (send_after) {
-            /* gone (or a zombie: its queue pairs are released at exit) */
-            char path[64];
-            snprintf(path, sizeof path, "/proc/%d/stat", victim_pid);
-            for (int tries = 0;; tries++) {
-                FILE *f = fopen(path, "r");
-                char state = 'X';
-                if (NULL != f) {
-                    if (1 != fscanf(f, "%*d (%*[^)]) %c", &state)) {
-                        state = '?';
-                    }
-                    fclose(f);
-                }
-                if ('Z' == state || 'X' == state) {
-                    break;
-                }
-                if (tries > 60) {
-                    mc_fail("the victim (pid %d) is still alive after 60 s", victim_pid);
-                }
-                sleep(1);
-            }
+            wait_for_state(victim_pid, "ZX", "gone");
             printf("ompi_matrix: kill: rank 0 sends to the dead rank %d\n", victim);
             fflush(stdout);
             /* to the dead rank until a send fails and the error callback ends the job */
@@ -488,6 +509,52 @@ static void do_kill(int send_after)
         /* a whole message from a rank that killed itself before its send completed locally
            may still have arrived; wait for the job to end either way */
         mc_check(b, big, mc_count(&st), victim, 9100, "kill");
+    }
+    unsigned char x;
+    MPI_Recv(&x, 1, MPI_BYTE, victim, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    mc_fail("a receive from the killed rank completed");
+}
+
+/* See "killstall" above. */
+static void do_killstall(void)
+{
+    enum { SENDS = 4096 };
+    int victim = size - 1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == victim) {
+        int pid = (int) getpid();
+        MPI_Send(&pid, 1, MPI_INT, 0, 5, MPI_COMM_WORLD);
+        printf("ompi_matrix: kill: rank %d stops itself (SIGSTOP)\n", rank);
+        fflush(stdout);
+        raise(SIGSTOP);
+        mc_fail("the stopped rank went on");
+    }
+    if (rank == 0) {
+        int victim_pid = 0;
+        MPI_Recv(&victim_pid, 1, MPI_INT, victim, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        wait_for_state(victim_pid, "Tt", "stopped");
+        static unsigned char small[100];
+        static MPI_Request rq[SENDS];
+        for (int i = 0; i < SENDS; i++) {
+            MPI_Isend(small, (int) sizeof small, MPI_BYTE, victim, 6, MPI_COMM_WORLD, &rq[i]);
+        }
+        /* the credits go to the stopped rank's device; the rest wait for credits */
+        int done = 0;
+        for (int i = 0; i < 200; i++) {
+            MPI_Testall(SENDS, rq, &done, MPI_STATUSES_IGNORE);
+            nanosleep(&(struct timespec){.tv_nsec = 1000 * 1000}, NULL);
+        }
+        if (done) {
+            mc_fail("%d sends to a stopped rank completed", (int) SENDS);
+        }
+        printf("ompi_matrix: kill: rank 0 kills the stopped rank %d\n", victim);
+        fflush(stdout);
+        kill(victim_pid, SIGKILL);
+        wait_for_state(victim_pid, "ZX", "gone");
+        printf("ompi_matrix: kill: rank 0 waits for its sends to the dead rank %d\n", victim);
+        fflush(stdout);
+        MPI_Waitall(SENDS, rq, MPI_STATUSES_IGNORE);
+        mc_fail("sends waiting for a killed rank's credits completed");
     }
     unsigned char x;
     MPI_Recv(&x, 1, MPI_BYTE, victim, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
@@ -551,6 +618,9 @@ int main(int argc, char **argv)
         } else if (strcmp(a, "killsend") == 0) {
             mc_subtest = "kill";
             do_kill(1);
+        } else if (strcmp(a, "killstall") == 0) {
+            mc_subtest = "kill";
+            do_killstall();
         } else {
             mc_subtest = "args";
             mc_fail("unknown subtest '%s'", a);

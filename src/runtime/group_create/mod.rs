@@ -21,8 +21,12 @@
 //!   unchanged (Paxos); every participant acknowledges straight to the root (`Ack`); when
 //!   every participant acknowledged or died and (for a value of its own) its view did not
 //!   change, the root sends the decision to every live participant (`Commit`). A view that
-//!   grew makes a new attempt, sent straight to every participant; a death does not (the
-//!   value, fixed while the process lived, stands: it may be in the new group).
+//!   grew makes a new attempt, sent straight to every participant; one death does not (the
+//!   value, fixed while the process lived, stands: it may be in the new group), two
+//!   unacknowledged ones, one in the new group, do (that one may have taken a decision made
+//!   without it). A decision made without a process that accepted a proposal naming it is
+//!   taken only from that proposal's root (or from its root once that one died); a root
+//!   takes a live participant's decision.
 //!
 //! Like [`super::resilient`] it never does I/O or reads a clock: fed [`GcIn`], it answers
 //! [`GcOut`]. [`sim`] drives thousands of them.
@@ -524,11 +528,24 @@ impl GroupCreate {
                     .best_acked
                     .as_ref()
                     .is_some_and(|(_, v)| v.view.members.binary_search(&self.me).is_ok());
-                let outsider = value.view.members.binary_search(&from).is_err();
-                if foreign && engaged && (outsider || from != self.root) {
+                // The root of the proposal I accepted, once it holds another decision, will
+                // never decide that proposal; nor will my root when that one died (any later
+                // root needs my acknowledgement). And a participant of mine that holds a
+                // decision never acknowledges, so while it lives no value of mine can be
+                // decided: as the root I take its decision.
+                let ballot_root = self
+                    .accepted
+                    .or_else(|| self.best_acked.as_ref().map(|(b, _)| *b))
+                    .map(|b| b.1);
+                let from_its_root = ballot_root == Some(from)
+                    || (from == self.root && ballot_root.is_some_and(|r| self.is_dead(r)));
+                let to_me_as_root = self.root == self.me
+                    && !self.is_dead(from)
+                    && self.view.members.binary_search(&from).is_ok();
+                if foreign && engaged && !from_its_root && !to_me_as_root {
                     // A decision made without me, while I accepted a proposal that names me:
-                    // unless my own root decided it, that root may still decide with me in
-                    // its group. Not mine to adopt.
+                    // that proposal's root may still decide it with me in its group. Not mine
+                    // to adopt.
                     return;
                 }
                 self.commit_sent.insert(from);
@@ -788,10 +805,26 @@ impl GroupCreate {
             return self.progress(out);
         }
         let failed = self.failed_in_view();
-        // A view that grew makes a new attempt; a death does not: the value stands, and the
-        // acknowledgements of the participants still alive decide it (the orphans of a dead
-        // process report to their new parent in the tree, which answers with the proposal).
-        let changed = self.prop_key.0 != self.vhash;
+        // A view that grew makes a new attempt; a death mostly does not: the value stands, and
+        // the acknowledgements of the participants still alive decide it (the orphans of a
+        // dead process report to their new parent in the tree, which answers with the
+        // proposal). Except the death of a member of my own value's new group that never
+        // acknowledged it, when another participant died unacknowledged too: that member may
+        // have taken, before it died, a decision made without it, and the group must not
+        // name it then. (Such a decision reaches it only from a process of its view that
+        // decided and so never acknowledges: alive, it keeps me from deciding until I take its
+        // decision; so it died.)
+        let unacked: Vec<u32> = failed
+            .iter()
+            .copied()
+            .filter(|d| !self.acks.contains(d))
+            .collect();
+        let unacked_member_died = self.fresh
+            && unacked.len() >= 2
+            && unacked
+                .iter()
+                .any(|d| value.group().binary_search(d).is_ok());
+        let changed = self.prop_key.0 != self.vhash || unacked_member_died;
         if changed {
             // A view that grew: a new attempt, straight to everyone.
             let value = if self.fresh {

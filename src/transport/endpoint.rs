@@ -21,6 +21,32 @@ use std::time::{Duration, Instant};
 /// the peer with an empty RDMA write (see [`Endpoint::probe_if_waiting`]).
 pub(super) const PROBE_AFTER: Duration = Duration::from_secs(1);
 
+/// When to probe a peer that an endpoint waits on with nothing of its own in flight
+/// (sans-IO: fed whether it waits so and the time).
+#[derive(Debug, Default)]
+pub(super) struct BlindWait {
+    /// When such a wait was first seen; `None`: there is none.
+    since: Option<Instant>,
+}
+
+impl BlindWait {
+    /// Whether to probe now: the endpoint `waits` blind and has for [`PROBE_AFTER`] since a
+    /// call first saw it so. A call that sees no such wait starts it over.
+    pub(super) fn due(&mut self, waits: bool, now: Instant) -> bool {
+        if !waits {
+            self.since = None;
+            return false;
+        }
+        let since = *self.since.get_or_insert(now);
+        now.saturating_duration_since(since) >= PROBE_AFTER
+    }
+
+    /// A probe went out: the next one after another [`PROBE_AFTER`] of waiting.
+    pub(super) fn probed(&mut self) {
+        self.since = None;
+    }
+}
+
 /// Send-queue entries kept free for credit returns and FINs.
 const SQ_RESERVE: usize = 4;
 
@@ -310,9 +336,9 @@ pub(super) struct Endpoint {
     pub(super) signal_every: u32,
     /// Unsignaled messages posted since the last signaled request.
     pub(super) unsignaled_run: u32,
-    /// Since when (as first seen) the endpoint waits on its peer with nothing of its own in
-    /// flight ([`Endpoint::waits_blind`]); `None`: it does not.
-    pub(super) waiting_since: Option<Instant>,
+    /// When the endpoint probes the peer it waits on with nothing of its own in flight
+    /// ([`Endpoint::probe_if_waiting`]).
+    pub(super) blind: BlindWait,
 }
 
 /// The shared receive queue's state (see [`pool::CreditPool`]).
@@ -392,7 +418,7 @@ impl Endpoint {
             lie_at_seq: None,
             signal_every,
             unsignaled_run: 0,
-            waiting_since: None,
+            blind: BlindWait::default(),
         }
     }
 
@@ -747,16 +773,11 @@ impl Endpoint {
         peer: u32,
         now: Instant,
     ) -> Result<bool, TransportError> {
-        if !self.waits_blind() {
-            self.waiting_since = None;
-            return Ok(false);
-        }
-        let since = *self.waiting_since.get_or_insert(now);
-        if now.saturating_duration_since(since) < PROBE_AFTER || !self.sq_budget.room() {
+        if !self.blind.due(self.waits_blind(), now) || !self.sq_budget.room() {
             return Ok(false);
         }
         self.post_empty_write(peer, Posted::Probe)?;
-        self.waiting_since = None;
+        self.blind.probed();
         self.stats.probes += 1;
         tracing::debug!(peer, "waited on the peer with nothing in flight: probed it");
         Ok(true)
@@ -873,7 +894,9 @@ mod copy_tests {
 
 #[cfg(test)]
 mod inflight_tests {
-    use super::{InFlight, Posted};
+    use super::{BlindWait, Endpoint, EndpointState, InFlight, Posted, SqBudget, PROBE_AFTER};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
 
     fn msg(token: u64) -> Posted {
         Posted::Msg { slot: 0, token }
@@ -898,6 +921,50 @@ mod inflight_tests {
         assert_eq!(f.retire_unsignaled_before(5), 1);
         assert!(matches!(f.remove(5), Some(Posted::Close)));
         assert_eq!((f.len(), f.signaled(), f.awaited()), (0, 0, 0));
+    }
+
+    #[test]
+    fn an_endpoint_waits_blind_when_nothing_signaled_is_in_flight_to_its_peer() {
+        let mut ep = Endpoint::new(Arc::new(SqBudget::new(1024)), 1, 0);
+        ep.fins.push_back(7);
+        assert!(!ep.waits_blind(), "not connected");
+        ep.state = EndpointState::Connected;
+        assert!(
+            ep.waits_blind(),
+            "a notice waits for a credit, nothing in flight"
+        );
+        ep.posted.insert(0, Posted::Unsignaled { ctl: false });
+        assert!(
+            ep.waits_blind(),
+            "an unsignaled message reports no completion"
+        );
+        ep.posted.insert(1, Posted::Close);
+        assert!(
+            !ep.waits_blind(),
+            "a signaled request will report the peer's death"
+        );
+        ep.posted.remove(1);
+        ep.fins.clear();
+        assert!(!ep.waits_blind(), "nothing waits on the peer");
+    }
+
+    #[test]
+    fn a_blind_wait_is_probed_after_probe_after_and_starts_over() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let after = PROBE_AFTER.as_millis() as u64;
+        let mut b = BlindWait::default();
+        assert!(!b.due(false, at(0)));
+        assert!(!b.due(true, at(10)), "first seen");
+        assert!(!b.due(true, at(10 + after - 1)));
+        assert!(b.due(true, at(10 + after)));
+        assert!(b.due(true, at(20 + after)), "due until a probe goes out");
+        b.probed();
+        assert!(!b.due(true, at(30 + after)), "seen again after the probe");
+        assert!(b.due(true, at(30 + 2 * after)));
+        assert!(!b.due(false, at(31 + 2 * after)), "the wait ended");
+        assert!(!b.due(true, at(40 + 2 * after)), "a new wait starts over");
+        assert!(b.due(true, at(40 + 3 * after)));
     }
 
     #[test]

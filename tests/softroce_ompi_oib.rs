@@ -1432,12 +1432,18 @@ fn assert_osc_mt_passed(name: &str, text: &str, n: u32, threads: u32, fops: u64,
 /// window. Rank 0 gathers every old value: exactly 0, 3, ..., 3 (N - 1), each once; the
 /// counter ends at 3N, the critical section's counter at the number of sections (no lost
 /// update, never two holders). On one node under mpirun at the issue's size, 25,000
-/// fetch-and-ops per rank (osc rdma through shared memory there); on two emulated nodes
+/// fetch-and-ops per rank, on a window of `MPI_Win_allocate` (osc rdma through shared memory
+/// there, oib's counters 0) and on one of `MPI_Win_create` (`window=create`: rank 0's memory is
+/// another process's, so ranks 1 to 3 reach it through oib's verbs atomics: each counts at
+/// least its fetch-and-ops among oib's atomics; osc rdma's accumulate lock stays a CPU atomic
+/// on one node, and rank 0 does its own under it with the CPU); at `MPI_THREAD_MULTIPLE` 4
+/// threads per rank, 6,250 each on the allocated window and 625 each through oib (16 threads
+/// on the guest's 2 vCPUs take about 5 ms per fetch-and-op there); on two emulated nodes
 /// (scripts/slurm, `srun --mpi=pmix -N 2 -n 4`), where every fetch-and-op and
-/// compare-and-swap at rank 0 goes through oib's verbs atomics, 2,500 per rank (each took
-/// about 3 ms there under contention: docs/OMPI.md, "One-sided MPI"): each rank but 0 counts
-/// at least its fetch-and-ops among oib's atomics, rank 0 at least its lock's
-/// compare-and-swaps. The seconds each job took are printed.
+/// compare-and-swap at rank 0 goes through oib's verbs atomics, osc rdma's lock included, 2,500
+/// per rank (about 10 atomics each: docs/OMPI.md, "One-sided MPI"): each rank but 0 counts at
+/// least its fetch-and-ops among oib's atomics, rank 0 at least its lock's compare-and-swaps.
+/// The seconds each job took are printed.
 #[test]
 fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
     if harness::skip_guest("softroce_ompi_oib osc contention") {
@@ -1453,22 +1459,28 @@ fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
     let Some(exe) = prereq::require(ompi::mpicc_linked("ompi_osc_mt", &flags, &[])) else {
         return;
     };
-    // (name, across two nodes, threads per rank, fetch-and-ops and sections per worker)
-    let jobs: [(&str, bool, u32, u64, u64); 4] = [
-        ("mt-n4", false, 0, 25_000, 100),
-        ("mt-n4-threads", false, 4, 6_250, 25),
-        ("mt-N2-n4", true, 0, 2_500, 25),
-        ("mt-N2-n4-threads", true, 4, 625, 6),
+    // (name, across two nodes, threads per rank, fetch-and-ops and sections per worker, window
+    // of MPI_Win_create: other processes' memory, so on one node too through oib)
+    let jobs: [(&str, bool, u32, u64, u64, bool); 6] = [
+        ("mt-n4", false, 0, 25_000, 100, false),
+        ("mt-n4-threads", false, 4, 6_250, 25, false),
+        ("mt-n4-create", false, 0, 25_000, 100, true),
+        ("mt-n4-create-threads", false, 4, 625, 6, true),
+        ("mt-N2-n4", true, 0, 2_500, 25, false),
+        ("mt-N2-n4-threads", true, 4, 625, 6, false),
     ];
-    let args = |t: u32, f: u64, l: u64| format!("threads={t} fops={f} locks={l}");
+    let args = |t: u32, f: u64, l: u64, c: bool| {
+        let w = if c { "create" } else { "allocate" };
+        format!("threads={t} fops={f} locks={l} window={w}")
+    };
     let s = format!("{}/scripts/slurm", env!("CARGO_MANIFEST_DIR"));
     let dir = so.parent().expect("dir").display().to_string();
     let mut script = format!(
         "export OMPI_MCA_mca_base_component_path={dir}:SYS_DEFAULT OMPI_MCA_pml=ob1 \
          OMPI_MCA_btl=self,oib OMPI_MCA_btl_base_verbose=5\n"
     );
-    for (name, _, t, f, l) in jobs.iter().filter(|j| !j.1) {
-        script.push_str(&job(name, &mpirun(4, 900), &exe, &args(*t, *f, *l)));
+    for (name, _, t, f, l, c) in jobs.iter().filter(|j| !j.1) {
+        script.push_str(&job(name, &mpirun(4, 900), &exe, &args(*t, *f, *l, *c)));
     }
     script.push_str(&format!(
         "echo '=== up'; {s} up --nodes 2 --dir /tmp/slurm --wait 300 >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
@@ -1478,14 +1490,28 @@ fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
     let srun = "timeout 900 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 \
          --wait=120 --kill-on-bad-exit=1 sh -c 'd=/tmp/osc-$SLURMD_NODENAME; mkdir -p $d; \
          OMPI_MCA_osc_rdma_backing_directory=$d exec \"$0\" \"$@\"'";
-    for (name, _, t, f, l) in jobs.iter().filter(|j| j.1) {
-        script.push_str(&job(name, srun, &exe, &args(*t, *f, *l)));
+    for (name, _, t, f, l, c) in jobs.iter().filter(|j| j.1) {
+        script.push_str(&job(name, srun, &exe, &args(*t, *f, *l, *c)));
     }
     script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"));
     let out = harness::guest_run_ok(&["--timeout", "3000"], &["sh", "-c", &script]);
-    for (name, _, t, f, l) in jobs.iter().filter(|j| !j.1) {
+    for (name, _, t, f, l, c) in jobs.iter().filter(|j| !j.1) {
         let text = job_text(&out, name);
         assert_osc_mt_passed(name, &text, 4, *t, *f, *l);
+        if *c {
+            // MPI_Win_create's window on one node: every other rank's fetch-and-ops on rank 0's
+            // counter are oib's verbs atomics (osc rdma's locks stay CPU atomics there).
+            let workers = u64::from((*t).max(1));
+            for r in 1..4 {
+                let atomics = rdma_atomics(&text, r)
+                    .unwrap_or_else(|| panic!("{name}: no counters of rank {r}:\n{text}"));
+                assert!(
+                    atomics >= workers * *f,
+                    "{name}: rank {r}: {atomics} oib atomics, expected {} at least:\n{text}",
+                    workers * *f
+                );
+            }
+        }
         eprint!("{name}:\n{text}");
     }
     let up = job_text(&out, "up");
@@ -1493,7 +1519,7 @@ fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
         !up.contains("FAILED"),
         "scripts/slurm up in the guest: {up}"
     );
-    for (name, _, t, f, l) in jobs.iter().filter(|j| j.1) {
+    for (name, _, t, f, l, _) in jobs.iter().filter(|j| j.1) {
         let text = job_text(&out, name);
         assert_osc_mt_passed(name, &text, 4, *t, *f, *l);
         // Through oib: every rank's fetch-and-ops on rank 0's counter (each at least one verbs

@@ -2,8 +2,9 @@
  * ompi_osc_mt.c: one-sided MPI under contention, from ranks and from threads (osc rdma over
  * oib, issue 31; tests/softroce_ompi_oib.rs, tests/softroce_slurm_hosts.rs; docs/OMPI.md).
  *
- * Every "worker" (the rank itself, or each of its threads) works on words of one window of
- * MPI_Win_allocate at rank 0, in one MPI_Win_lock_all epoch opened by the main thread:
+ * Every "worker" (the rank itself, or each of its threads) works on words of one window at
+ * rank 0 (MPI_Win_allocate's, or with window=create MPI_Win_create's on memory the program
+ * allocates), in one MPI_Win_lock_all epoch opened by the main thread:
  *   - FOPS MPI_Fetch_and_op (MPI_SUM, MPI_INT64_T, + INC) on one counter, each completed by
  *     MPI_Win_flush: a worker's old values grow and are multiples of INC; rank 0 gathers every
  *     old value of every worker and checks that they are exactly 0, INC, ..., (N - 1) * INC
@@ -23,6 +24,9 @@
  *              threads per rank, every one a worker, all in the main thread's lock_all epoch
  *   fops=F     fetch-and-ops per worker (default 25000)
  *   locks=L    critical sections per worker (default 100)
+ *   window=W   allocate (default): MPI_Win_allocate (on one node osc rdma serves it in shared
+ *              memory, no BTL involved); create: MPI_Win_create on malloc'd memory (another
+ *              process's memory even on one node: its puts, gets and atomics go through the BTL)
  *
  * Each stage is named on stderr with the seconds it took (printed, never checked). Prints
  * "ompi_osc_mt: rank 0: contention ok (...)" and "ompi_osc_mt: rank R of S ok (T threads,
@@ -44,6 +48,7 @@ enum { W_SUM, W_LOCK, W_INSIDE, W_CS, W_COUNT };
 
 static int rank, size, nthreads, workers_per_rank;
 static long fops = 25000, locks = 100;
+static int create_window; /* window=create: MPI_Win_create, else MPI_Win_allocate */
 static MPI_Win win;
 static int64_t *olds; /* this rank's old values: worker w's at [w * fops, (w + 1) * fops) */
 
@@ -197,9 +202,13 @@ int main(int argc, char **argv)
             fops = v;
         } else if ((v = arg_num(argv[i], "locks", 0, 10000000)) >= 0) {
             locks = v;
+        } else if (0 == strcmp(argv[i], "window=create")) {
+            create_window = 1;
+        } else if (0 == strcmp(argv[i], "window=allocate")) {
+            create_window = 0;
         } else {
-            fprintf(stderr, "ompi_osc_mt: unknown argument '%s' (threads=T fops=F locks=L)\n",
-                    argv[i]);
+            fprintf(stderr, "ompi_osc_mt: unknown argument '%s' (threads=T fops=F locks=L "
+                    "window=allocate|create)\n", argv[i]);
             return 2;
         }
     }
@@ -218,9 +227,18 @@ int main(int argc, char **argv)
     }
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     int64_t *base = NULL;
-    int rc = MPI_Win_allocate(8 * W_COUNT, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    int rc;
+    if (create_window) {
+        base = calloc(W_COUNT, 8);
+        if (NULL == base) {
+            die(-1, "calloc of the window's memory", W_COUNT);
+        }
+        rc = MPI_Win_create(base, 8 * W_COUNT, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win);
+    } else {
+        rc = MPI_Win_allocate(8 * W_COUNT, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &base, &win);
+    }
     if (MPI_SUCCESS != rc) {
-        die(-1, "MPI_Win_allocate", rc);
+        die(-1, create_window ? "MPI_Win_create" : "MPI_Win_allocate", rc);
     }
     MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN);
     MPI_Win_lock(MPI_LOCK_EXCLUSIVE, rank, 0, win);
@@ -307,9 +325,12 @@ int main(int argc, char **argv)
     MPI_Win_get_name(win, name, &len);
     MPI_Barrier(MPI_COMM_WORLD);
     MPI_Win_free(&win);
+    if (create_window) {
+        free(base);
+    }
     free(olds);
-    printf("ompi_osc_mt: rank %d of %d ok (%d threads, window '%s')\n", rank, size, nthreads,
-           name);
+    printf("ompi_osc_mt: rank %d of %d ok (%d threads, window '%s', %s)\n", rank, size,
+           nthreads, name, create_window ? "MPI_Win_create" : "MPI_Win_allocate");
     fflush(stdout);
     MPI_Finalize();
     return 0;

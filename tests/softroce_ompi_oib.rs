@@ -1433,10 +1433,11 @@ fn assert_osc_mt_passed(name: &str, text: &str, n: u32, threads: u32, fops: u64,
 /// counter ends at 3N, the critical section's counter at the number of sections (no lost
 /// update, never two holders). On one node under mpirun at the issue's size, 25,000
 /// fetch-and-ops per rank, on a window of `MPI_Win_allocate` (osc rdma through shared memory
-/// there, oib's counters 0) and on one of `MPI_Win_create` (`window=create`: rank 0's memory is
-/// another process's, so ranks 1 to 3 reach it through oib's verbs atomics: each counts at
-/// least its fetch-and-ops among oib's atomics; osc rdma's accumulate lock stays a CPU atomic
-/// on one node, and rank 0 does its own under it with the CPU); at `MPI_THREAD_MULTIPLE` 4
+/// there, oib's counters 0) and, in the next test, on one of `MPI_Win_create`
+/// (`window=create`: rank 0's memory is another process's, so ranks 1 to 3 reach it through
+/// oib's verbs atomics: each counts at least its fetch-and-ops among oib's atomics; osc rdma's
+/// accumulate lock stays a CPU atomic on one node, and rank 0 does its own under it with the
+/// CPU); at `MPI_THREAD_MULTIPLE` 4
 /// threads per rank, 6,250 each on the allocated window and 625 each through oib (16 threads
 /// on the guest's 2 vCPUs take about 5 ms per fetch-and-op there); on two emulated nodes
 /// (scripts/slurm, `srun --mpi=pmix -N 2 -n 4`), where every fetch-and-op and
@@ -1446,29 +1447,55 @@ fn assert_osc_mt_passed(name: &str, text: &str, n: u32, threads: u32, fops: u64,
 /// The seconds each job took are printed.
 #[test]
 fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
-    if harness::skip_guest("softroce_ompi_oib osc contention") {
+    osc_mt_jobs(
+        "softroce_ompi_oib osc contention",
+        &[
+            ("mt-n4", false, 0, 25_000, 100, false),
+            ("mt-n4-threads", false, 4, 6_250, 25, false),
+            ("mt-N2-n4", true, 0, 2_500, 25, false),
+            ("mt-N2-n4-threads", true, 4, 625, 6, false),
+        ],
+    );
+}
+
+/// The jobs of the test above on a window of `MPI_Win_create` (`window=create`), on one node:
+/// rank 0's memory is another process's, so ranks 1 to 3 reach it through oib's verbs atomics,
+/// 25,000 fetch-and-ops per rank, and 625 per thread from 4 threads per rank at
+/// `MPI_THREAD_MULTIPLE`; each of ranks 1 to 3 counts at least its fetch-and-ops among oib's
+/// atomics. A test of its own, so that it runs beside the others rather than after them.
+#[test]
+fn contention_on_a_created_window_goes_through_oib_atomics() {
+    osc_mt_jobs(
+        "softroce_ompi_oib osc contention (created window)",
+        &[
+            ("mt-n4-create", false, 0, 25_000, 100, true),
+            ("mt-n4-create-threads", false, 4, 625, 6, true),
+        ],
+    );
+}
+
+/// One tests/c/ompi_osc_mt.c job: (name, across two emulated nodes, threads per rank,
+/// fetch-and-ops and sections per worker, window of `MPI_Win_create`: other processes' memory,
+/// so through oib on one node too).
+type OscMtJob = (&'static str, bool, u32, u64, u64, bool);
+
+/// Runs `jobs` in one guest (the emulated nodes' Slurm only when a job needs it) and checks
+/// each (`assert_osc_mt_passed`, and oib's atomic counters where the operations go through it).
+fn osc_mt_jobs(what: &str, jobs: &[OscMtJob]) {
+    if harness::skip_guest(what) {
         return;
     }
     let Some(so) = prereq::require(ompi::component()) else {
         return;
     };
-    if prereq::require(slurm::installed()).is_none() {
+    let across = jobs.iter().any(|j| j.1);
+    if across && prereq::require(slurm::installed()).is_none() {
         return;
     }
     let flags = ["-O1".to_string(), "-pthread".to_string()];
     let Some(exe) = prereq::require(ompi::mpicc_linked("ompi_osc_mt", &flags, &[])) else {
         return;
     };
-    // (name, across two nodes, threads per rank, fetch-and-ops and sections per worker, window
-    // of MPI_Win_create: other processes' memory, so on one node too through oib)
-    let jobs: [(&str, bool, u32, u64, u64, bool); 6] = [
-        ("mt-n4", false, 0, 25_000, 100, false),
-        ("mt-n4-threads", false, 4, 6_250, 25, false),
-        ("mt-n4-create", false, 0, 25_000, 100, true),
-        ("mt-n4-create-threads", false, 4, 625, 6, true),
-        ("mt-N2-n4", true, 0, 2_500, 25, false),
-        ("mt-N2-n4-threads", true, 4, 625, 6, false),
-    ];
     let args = |t: u32, f: u64, l: u64, c: bool| {
         let w = if c { "create" } else { "allocate" };
         format!("threads={t} fops={f} locks={l} window={w}")
@@ -1482,18 +1509,21 @@ fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
     for (name, _, t, f, l, c) in jobs.iter().filter(|j| !j.1) {
         script.push_str(&job(name, &mpirun(4, 900), &exe, &args(*t, *f, *l, *c)));
     }
-    script.push_str(&format!(
+    if across {
+        script.push_str(&format!(
         "echo '=== up'; {s} up --nodes 2 --dir /tmp/slurm --wait 300 >/tmp/slurm.env 2>/tmp/up.err && cat /tmp/up.err || {{ echo FAILED; cat /tmp/up.err; }}\n\
          . /tmp/slurm.env\n"
     ));
-    // Each emulated node its own osc rdma backing directory (one /tmp, one host name).
-    let srun = "timeout 900 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 \
+        // Each emulated node its own osc rdma backing directory (one /tmp, one host name).
+        let srun = "timeout 900 srun --mpi=pmix -N 2 -n 4 --ntasks-per-node 2 --immediate=120 \
          --wait=120 --kill-on-bad-exit=1 sh -c 'd=/tmp/osc-$SLURMD_NODENAME; mkdir -p $d; \
          OMPI_MCA_osc_rdma_backing_directory=$d exec \"$0\" \"$@\"'";
-    for (name, _, t, f, l, c) in jobs.iter().filter(|j| j.1) {
-        script.push_str(&job(name, srun, &exe, &args(*t, *f, *l, *c)));
+        for (name, _, t, f, l, c) in jobs.iter().filter(|j| j.1) {
+            script.push_str(&job(name, srun, &exe, &args(*t, *f, *l, *c)));
+        }
+        script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\n"));
     }
-    script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\necho '=== end'\n"));
+    script.push_str("echo '=== end'\n");
     let out = harness::guest_run_ok(&["--timeout", "3000"], &["sh", "-c", &script]);
     for (name, _, t, f, l, c) in jobs.iter().filter(|j| !j.1) {
         let text = job_text(&out, name);
@@ -1514,11 +1544,13 @@ fn osc_fetch_and_op_and_cas_lock_under_contention_from_ranks_and_threads() {
         }
         eprint!("{name}:\n{text}");
     }
-    let up = job_text(&out, "up");
-    assert!(
-        !up.contains("FAILED"),
-        "scripts/slurm up in the guest: {up}"
-    );
+    if across {
+        let up = job_text(&out, "up");
+        assert!(
+            !up.contains("FAILED"),
+            "scripts/slurm up in the guest: {up}"
+        );
+    }
     for (name, _, t, f, l, _) in jobs.iter().filter(|j| j.1) {
         let text = job_text(&out, name);
         assert_osc_mt_passed(name, &text, 4, *t, *f, *l);

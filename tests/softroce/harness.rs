@@ -21,9 +21,38 @@
 #[path = "../common/prereq.rs"]
 pub mod prereq;
 
+use std::cell::Cell;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::sync::{OnceLock, RwLock, RwLockWriteGuard};
+
+/// Guests of this test binary: each `guest_run` holds it shared, an [`alone`] test exclusively.
+static GUESTS: RwLock<()> = RwLock::new(());
+
+thread_local! {
+    /// This thread holds [`GUESTS`] exclusively (its `guest_run`s take no shared hold).
+    static ALONE: Cell<bool> = const { Cell::new(false) };
+}
+
+/// While alive, no other test of this binary has a guest running (see [`alone`]).
+pub struct Alone(RwLockWriteGuard<'static, ()>);
+
+impl Drop for Alone {
+    fn drop(&mut self) {
+        ALONE.with(|a| a.set(false));
+    }
+}
+
+/// Waits until no other test of this binary has a guest running, and keeps it so until the
+/// guard is dropped: for tests whose processes spin against each other (lock contention on
+/// the guest's 2 vCPUs), which run about 5 times slower, and slow their neighbour too, when a
+/// second guest shares the host's 2 cores (2026-12-07: 219 s alongside another guest against
+/// 45 s alone). A timing matter only: what the test checks is the same either way.
+pub fn alone() -> Alone {
+    let guard = GUESTS.write().unwrap_or_else(|e| e.into_inner());
+    ALONE.with(|a| a.set(true));
+    Alone(guard)
+}
 
 /// Exit status of `guest run` when the harness itself failed.  A command run
 /// in the guest must not use it.
@@ -86,6 +115,12 @@ pub fn try_prepare() -> Result<(), String> {
 /// Err with the harness's stderr when the harness itself failed.
 pub fn try_guest_run(args: &[&str], cmd: &[&str]) -> Result<Output, String> {
     assert!(!cmd.is_empty(), "guest_run: empty command");
+    // Shared with the other guests of this binary, unless this test runs alone.
+    let _shared = if ALONE.with(|a| a.get()) {
+        None
+    } else {
+        Some(GUESTS.read().unwrap_or_else(|e| e.into_inner()))
+    };
     try_prepare()?;
     let out = Command::new(guest_script())
         .arg("run")

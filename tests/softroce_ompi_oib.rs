@@ -1525,10 +1525,8 @@ fn osc_mt_jobs(what: &str, jobs: &[OscMtJob]) {
         script.push_str(&format!("{s} down --dir /tmp/slurm 2>&1\n"));
     }
     script.push_str("echo '=== end'\n");
-    // Spinning ranks: the host's cores to this guest alone (harness::alone).
-    let alone = harness::alone();
-    let out = harness::guest_run_ok(&["--timeout", "3000"], &["sh", "-c", &script]);
-    drop(alone);
+    // Spinning ranks: the host's cores to this guest alone.
+    let out = harness::guest_run_alone_ok(&["--timeout", "3000"], &["sh", "-c", &script]);
     for (name, _, t, f, l, c) in jobs.iter().filter(|j| !j.1) {
         let text = job_text(&out, name);
         assert_osc_mt_passed(name, &text, 4, *t, *f, *l);

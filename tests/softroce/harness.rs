@@ -21,38 +21,13 @@
 #[path = "../common/prereq.rs"]
 pub mod prereq;
 
-use std::cell::Cell;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::sync::{OnceLock, RwLock, RwLockWriteGuard};
+use std::sync::{OnceLock, RwLock};
 
-/// Guests of this test binary: each `guest_run` holds it shared, an [`alone`] test exclusively.
+/// The guests of this test binary: each `guest_run` holds it shared, a `guest_run_alone_ok`
+/// exclusively.
 static GUESTS: RwLock<()> = RwLock::new(());
-
-thread_local! {
-    /// This thread holds [`GUESTS`] exclusively (its `guest_run`s take no shared hold).
-    static ALONE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// While alive, no other test of this binary has a guest running (see [`alone`]).
-pub struct Alone(RwLockWriteGuard<'static, ()>);
-
-impl Drop for Alone {
-    fn drop(&mut self) {
-        ALONE.with(|a| a.set(false));
-    }
-}
-
-/// Waits until no other test of this binary has a guest running, and keeps it so until the
-/// guard is dropped: for tests whose processes spin against each other (lock contention on
-/// the guest's 2 vCPUs), which run about 5 times slower, and slow their neighbour too, when a
-/// second guest shares the host's 2 cores (2026-12-07: 219 s alongside another guest against
-/// 45 s alone). A timing matter only: what the test checks is the same either way.
-pub fn alone() -> Alone {
-    let guard = GUESTS.write().unwrap_or_else(|e| e.into_inner());
-    ALONE.with(|a| a.set(true));
-    Alone(guard)
-}
 
 /// Exit status of `guest run` when the harness itself failed.  A command run
 /// in the guest must not use it.
@@ -114,13 +89,13 @@ pub fn try_prepare() -> Result<(), String> {
 /// Run `guest run ARGS -- CMD` and return CMD's output and exit status, or
 /// Err with the harness's stderr when the harness itself failed.
 pub fn try_guest_run(args: &[&str], cmd: &[&str]) -> Result<Output, String> {
+    let _shared = GUESTS.read().unwrap_or_else(|e| e.into_inner());
+    run_guest(args, cmd)
+}
+
+/// One guest boot running CMD (the part of `try_guest_run` under its hold on [`GUESTS`]).
+fn run_guest(args: &[&str], cmd: &[&str]) -> Result<Output, String> {
     assert!(!cmd.is_empty(), "guest_run: empty command");
-    // Shared with the other guests of this binary, unless this test runs alone.
-    let _shared = if ALONE.with(|a| a.get()) {
-        None
-    } else {
-        Some(GUESTS.read().unwrap_or_else(|e| e.into_inner()))
-    };
     try_prepare()?;
     let out = Command::new(guest_script())
         .arg("run")
@@ -180,7 +155,21 @@ pub fn guest_run(args: &[&str], cmd: &[&str]) -> Output {
 
 /// Panics unless CMD exited 0; returns its stdout.
 pub fn guest_run_ok(args: &[&str], cmd: &[&str]) -> String {
-    let out = guest_run(args, cmd);
+    succeeded(cmd, guest_run(args, cmd))
+}
+
+/// `guest_run_ok` once no other test of this binary has a guest running, and with none
+/// started until it ends: for tests whose processes spin against each other (lock contention
+/// on the guest's 2 vCPUs), which run about 5 times slower, and slow their neighbour too, when
+/// a second guest shares the host's 2 cores (2026-12-07: 219 s beside another guest against
+/// 45 s alone). A timing matter only: what the test checks is the same either way.
+pub fn guest_run_alone_ok(args: &[&str], cmd: &[&str]) -> String {
+    let _alone = GUESTS.write().unwrap_or_else(|e| e.into_inner());
+    succeeded(cmd, run_guest(args, cmd).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// Panics unless CMD's guest run exited 0; returns its stdout.
+fn succeeded(cmd: &[&str], out: Output) -> String {
     assert!(
         out.status.success(),
         "{}",
